@@ -1,0 +1,65 @@
+# Every target builds the virtual environment it needs first, so each works on a fresh machine.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-16)
+STACK ?= dev
+
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
+WORKFLOWS := $(wildcard .github/workflows/*.yml)
+
+.PHONY: help venv test lint format check-shell check-workflows pytest local render preview up destroy bench clean
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP) ## Create .venv with everything the project needs.
+
+test: lint check-shell check-workflows pytest ## Lint, offline checks and every test (what CI runs).
+
+lint: $(STAMP) ## ruff check and ruff format --check.
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP) ## Apply ruff's fixes and formatting.
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+check-shell: $(STAMP) ## shellcheck every shell script.
+	$(BIN)/shellcheck $(SHELL_SCRIPTS)
+
+check-workflows: $(STAMP) ## Validate the GitHub workflows against their JSON schema, offline.
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
+
+pytest: $(STAMP) ## Run the test suite.
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+
+local: $(STAMP) ## Run the STACK's (default dev) training job on this machine.
+	$(BIN)/python -m tools.run_local --stack $(STACK)
+
+render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
+	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)
+
+preview: $(STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
+	scripts/pulumi-stack.sh preview $(STACK)
+
+up: $(STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
+	scripts/pulumi-stack.sh up $(STACK)
+
+destroy: $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
+	scripts/pulumi-stack.sh destroy $(STACK)
+
+bench: $(STAMP) ## Trainer throughput and checkpoint-stall benchmark.
+	OMP_NUM_THREADS=1 $(BIN)/python bench/trainer_throughput.py
+
+clean: ## Remove the virtual environment and local outputs (not .pulumi-state/ or .checkpoints/).
+	rm -rf $(VENV) rendered .pytest_cache .ruff_cache
