@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.pulumi_harness import ProgramResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,3 +30,13 @@ def pick_free_port() -> int:
 @pytest.fixture
 def free_port() -> int:
     return pick_free_port()
+
+
+@pytest.fixture
+def pulumi_program() -> Callable[..., ProgramResult]:
+    """`run_program(stack, overrides=None, secrets=None, preview=False) -> ProgramResult`: the real
+    __main__.py under Pulumi mocks (see tests/pulumi_harness.py). Imported lazily so test
+    packages that never touch Pulumi do not pay for importing it."""
+    from tests.pulumi_harness import run_program
+
+    return run_program

@@ -1,0 +1,325 @@
+"""Kubernetes manifests of the training environment, as pure functions: settings in, dicts out.
+
+Why pure builders: the Pulumi components, the offline renderer (`make render`) and the local
+runner must produce the same objects, and a `pulumi preview --diff` shows field-level diffs only
+when the program registers real nested dicts rather than one computed blob. Inputs (the image
+reference, the registry password) may be Pulumi Outputs; they only ever appear at the leaves.
+
+Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies on:
+- its admission webhook accepts only the replica types Master and Worker, needs a container named
+  `pytorch` in every template, Master `replicas` exactly 1, and a job name that is a DNS-1035 label;
+- it injects MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK and the torchrun PET_* variables
+  (PET_MASTER_ADDR, PET_MASTER_PORT, PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK) into the
+  `pytorch` container, taking the port from the container port named `pytorchjob-port`;
+- `spec.nprocPerNode` is a string field (`*string` in PyTorchJobSpec) that becomes
+  PET_NPROC_PER_NODE;
+- the replica's `restartPolicy` (not the pod template's) decides how the operator restarts pods;
+- it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components.settings import StackSettings, quantity_value
+
+APP_DIR = "/opt/pytorch-distributed"
+ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"
+CONTAINER_NAME = "pytorch"
+MASTER_PORT = 23456
+PORT_NAME = "pytorchjob-port"
+GPU_RESOURCE = "nvidia.com/gpu"
+CHECKPOINT_VOLUME = "checkpoints"
+SHM_VOLUME = "dshm"
+# The trainer commits a final checkpoint on SIGTERM; the kubelet's default 30 s is too short for
+# a large model on network storage.
+TERMINATION_GRACE_SECONDS = 120
+RUNAI_SCHEDULER = "runai-scheduler"
+# Run:ai associates a workload with its project through these labels: `project` is the label
+# Run:ai's docs put on YAML-submitted (third-party) workloads, and `runai/queue` is the queue label
+# the Run:ai scheduler reads (docs.run.ai/latest/admin/config/default-scheduler shows project
+# namespaces labelled `runai/queue: <project>`; NVIDIA's WorkloadRun reference gives
+# `queueLabelKey: runai/queue` for runai-scheduler).
+RUNAI_PROJECT_LABEL = "project"
+RUNAI_QUEUE_LABEL = "runai/queue"
+WAIT_FOR_RUNNING = "condition=Running"
+# Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
+# annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
+RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    """metadata.name of each Kubernetes object, so every module refers to them the same way."""
+
+    job: str
+    claim: str
+    pull_secret: str | None
+
+
+def resource_names(settings: StackSettings) -> ResourceNames:
+    job = settings.job.name
+    claim = settings.checkpoints.existing_claim or f"{job}-checkpoints"
+    pull_secret = f"{job}-registry" if settings.registry is not None else None
+    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret)
+
+
+def common_labels(settings: StackSettings) -> dict[str, str]:
+    """Labels on every object, so `kubectl get all -l app.kubernetes.io/instance=<job>` works."""
+    return {
+        "app.kubernetes.io/name": "pytorch-distributed",
+        "app.kubernetes.io/instance": settings.job.name,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def scheduling_labels(settings: StackSettings) -> dict[str, str]:
+    """Labels the Run:ai scheduler reads on the job and its pods (none on plain Kubeflow)."""
+    if settings.platform != "runai" or settings.runai_project is None:
+        return {}
+    return {
+        RUNAI_PROJECT_LABEL: settings.runai_project,
+        RUNAI_QUEUE_LABEL: settings.runai_project,
+    }
+
+
+def _metadata(settings: StackSettings, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": settings.namespace,
+        "labels": {**common_labels(settings), "app.kubernetes.io/component": component},
+    }
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def _dockerconfig(server: str, username: str, password: str) -> str:
+    return json.dumps(
+        {
+            "auths": {
+                server: {
+                    "username": username,
+                    "password": password,
+                    "auth": _b64(f"{username}:{password}"),
+                }
+            }
+        }
+    )
+
+
+def registry_secret_manifest(settings: StackSettings, *, password: Any) -> dict[str, Any]:
+    """A kubernetes.io/dockerconfigjson Secret; with an Output password the data stays secret."""
+    registry = settings.registry
+    name = resource_names(settings).pull_secret
+    if registry is None or name is None:
+        raise ValueError("registry_secret_manifest needs settings.registry")
+    if isinstance(password, pulumi.Output):
+        auth = pulumi.Output.concat(registry.username, ":", password).apply(_b64)
+        config_json = pulumi.Output.json_dumps(
+            {
+                "auths": {
+                    registry.server: {
+                        "username": registry.username,
+                        "password": password,
+                        "auth": auth,
+                    }
+                }
+            }
+        )
+        # apply() keeps the secret bit of `password`; wrap again so it holds even if a caller
+        # hands in a non-secret Output by mistake.
+        encoded: Any = pulumi.Output.secret(config_json.apply(_b64))
+    else:
+        encoded = _b64(_dockerconfig(registry.server, registry.username, str(password)))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(settings, name, "registry-credential"),
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": encoded},
+    }
+
+
+def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
+    """The checkpoint PVC. Callers skip it when `checkpoints.existingClaim` names one."""
+    checkpoints = settings.checkpoints
+    spec: dict[str, Any] = {
+        "accessModes": [checkpoints.access_mode],
+        "volumeMode": "Filesystem",
+        "resources": {"requests": {"storage": checkpoints.size}},
+    }
+    if checkpoints.storage_class is not None:
+        spec["storageClassName"] = checkpoints.storage_class
+    metadata = _metadata(settings, resource_names(settings).claim, "checkpoints")
+    if checkpoints.retain_on_destroy:
+        metadata["annotations"] = {RETAIN_ANNOTATION: "true"}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
+def trainer_args(settings: StackSettings) -> list[str]:
+    """entrypoint.sh arguments: its own flags, `--`, then the trainer CLI."""
+    job = settings.job
+    args = [
+        "--max-restarts",
+        str(job.max_restarts),
+        "--",
+        "--batch_size",
+        str(job.batch_size),
+        str(job.total_epochs),
+        str(job.save_every),
+        "--checkpoint-dir",
+        settings.checkpoint_dir,
+        "--dataset-size",
+        str(job.dataset_size),
+    ]
+    if job.task is not None:
+        args += ["--task", job.task]
+    return args
+
+
+def omp_threads(settings: StackSettings) -> int:
+    """Split the pod's CPU request between its processes, so they do not oversubscribe cores."""
+    cores = quantity_value(settings.job.cpu)
+    return max(1, math.floor(cores / settings.job.nproc_per_node))
+
+
+def _container(settings: StackSettings, image: Any) -> dict[str, Any]:
+    job = settings.job
+    limits: dict[str, str] = {"memory": job.memory}
+    if job.gpus_per_node > 0:
+        limits[GPU_RESOURCE] = str(job.gpus_per_node)
+    return {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [ENTRYPOINT],
+        "args": trainer_args(settings),
+        "workingDir": APP_DIR,
+        "ports": [{"name": PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"}],
+        "env": [
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "OMP_NUM_THREADS", "value": str(omp_threads(settings))},
+        ],
+        "resources": {"requests": {"cpu": job.cpu, "memory": job.memory}, "limits": limits},
+        "volumeMounts": [
+            {"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        ],
+    }
+
+
+def _co_location_affinity(settings: StackSettings) -> dict[str, Any]:
+    """A ReadWriteOnce claim mounts on one node only, so every replica must land on that node."""
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/name": "pytorch-distributed",
+                            "app.kubernetes.io/instance": settings.job.name,
+                        }
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+
+
+def pod_template(settings: StackSettings, *, image: Any, replica_type: str) -> dict[str, Any]:
+    """The PodTemplateSpec of one replica type (Master or Worker)."""
+    names = resource_names(settings)
+    spec: dict[str, Any] = {
+        "containers": [_container(settings, image)],
+        "volumes": [
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}},
+            # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the
+            # container runtime's default 64 MiB is far too small.
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        ],
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+    }
+    if names.pull_secret is not None:
+        spec["imagePullSecrets"] = [{"name": names.pull_secret}]
+    if settings.platform == "runai":
+        spec["schedulerName"] = RUNAI_SCHEDULER
+    if settings.checkpoints.access_mode == "ReadWriteOnce" and settings.job.nodes > 1:
+        spec["affinity"] = _co_location_affinity(settings)
+    labels = {
+        **common_labels(settings),
+        **scheduling_labels(settings),
+        "app.kubernetes.io/component": replica_type.lower(),
+    }
+    return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def _replica(settings: StackSettings, *, image: Any, replica_type: str, replicas: int) -> dict:
+    return {
+        "replicas": replicas,
+        "restartPolicy": "OnFailure",
+        "template": pod_template(settings, image=image, replica_type=replica_type),
+    }
+
+
+def wait_annotations(settings: StackSettings) -> dict[str, str]:
+    """How long `pulumi up` waits on the job (pulumi-kubernetes 4.x await annotations).
+
+    A PyTorchJob is a custom resource: pulumi-kubernetes waits for nothing beyond creation by
+    default, skips even that with `pulumi.com/skipAwait`, and with `pulumi.com/waitFor` waits until
+    the given condition holds (the operator sets the `Running` condition once all pods run).
+    """
+    wait_for = settings.job.wait_for
+    if wait_for == "none":
+        return {"pulumi.com/skipAwait": "true"}
+    if wait_for == "running":
+        return {"pulumi.com/waitFor": WAIT_FOR_RUNNING}
+    return {}
+
+
+def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
+    """The kubeflow.org/v1 PyTorchJob: one training master plus `nodes - 1` workers."""
+    job = settings.job
+    replica_specs: dict[str, Any] = {
+        "Master": _replica(settings, image=image, replica_type="Master", replicas=1)
+    }
+    if job.workers > 0:
+        replica_specs["Worker"] = _replica(
+            settings, image=image, replica_type="Worker", replicas=job.workers
+        )
+    run_policy: dict[str, Any] = {
+        "backoffLimit": job.backoff_limit,
+        "cleanPodPolicy": job.clean_pod_policy,
+    }
+    if job.ttl_seconds_after_finished is not None:
+        run_policy["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
+    if job.active_deadline_seconds is not None:
+        run_policy["activeDeadlineSeconds"] = job.active_deadline_seconds
+    metadata = _metadata(settings, resource_names(settings).job, "training")
+    metadata["labels"].update(scheduling_labels(settings))
+    annotations = wait_annotations(settings)
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": metadata,
+        "spec": {
+            "nprocPerNode": str(job.nproc_per_node),
+            "runPolicy": run_policy,
+            "pytorchReplicaSpecs": replica_specs,
+        },
+    }

@@ -1,0 +1,89 @@
+"""TrainingImage: the trainer image, built and pushed with pulumi-docker, referenced by digest.
+
+Why a digest: the PyTorchJob must run exactly the bytes this stack built. A tag can be moved by
+the next push; `repo@sha256:...` cannot, and a new digest is what makes the job's spec change (and
+so replaces the job) after the trainer code changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pulumi
+import pulumi_docker as docker
+
+from components.settings import REPO_ROOT, ImageSettings, RegistrySettings
+
+TRAINER_DIR = REPO_ROOT / "trainer"
+# Relative to the project directory, where Pulumi runs the program: state then holds the same
+# paths on every checkout, so a different clone path never shows up as a diff.
+BUILD_CONTEXT = "trainer"
+_SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
+
+
+def context_tag(context: Path = TRAINER_DIR) -> str:
+    """A tag derived from the build context's files, so each distinct trainer gets its own tag."""
+    digest = hashlib.sha256()
+    if context.is_dir():
+        for path in sorted(context.rglob("*")):
+            if path.is_file() and not _SKIPPED_PARTS & set(path.parts) and path.suffix != ".pyc":
+                digest.update(path.relative_to(context).as_posix().encode())
+                digest.update(b"\0")
+                digest.update(path.read_bytes())
+                digest.update(b"\0")
+    return "ctx-" + digest.hexdigest()[:12]
+
+
+class TrainingImage(pulumi.ComponentResource):
+    """Builds `trainer/` (or passes `image.ref` through) and exposes the pinned image reference."""
+
+    image_ref: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        image: ImageSettings,
+        registry: RegistrySettings | None,
+        *,
+        docker_provider: docker.Provider | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("pytorch-distributed:index:TrainingImage", name, None, opts)
+        if not image.build:
+            assert image.ref is not None
+            if not image.pinned:
+                # Allowed (handy while iterating), but a moved tag changes what a restarted pod
+                # runs without any diff; the policy pack refuses it where that matters.
+                pulumi.log.warn(
+                    f"image.ref {image.ref} is not pinned by digest (repo@sha256:...)",
+                    resource=self,
+                )
+            self.image_ref = pulumi.Output.from_input(image.ref)
+            self.register_outputs({"imageRef": self.image_ref})
+            return
+        assert image.repository is not None
+        if docker_provider is None:
+            raise ValueError("building the image needs an explicit docker provider")
+        registry_args = None
+        if registry is not None:
+            registry_args = docker.RegistryArgs(
+                server=registry.server,
+                username=registry.username,
+                password=pulumi.Output.secret(registry.password),
+            )
+        built = docker.Image(
+            f"{name}-image",
+            image_name=f"{image.repository}:{context_tag()}",
+            build=docker.DockerBuildArgs(
+                context=BUILD_CONTEXT,
+                dockerfile=f"{BUILD_CONTEXT}/Dockerfile",
+                platform=image.platform,
+                args={"BASE_IMAGE": image.base_image},
+            ),
+            registry=registry_args,
+            skip_push=False,
+            opts=pulumi.ResourceOptions(parent=self, provider=docker_provider),
+        )
+        self.image_ref = built.repo_digest
+        self.register_outputs({"imageRef": self.image_ref})

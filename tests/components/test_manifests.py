@@ -1,0 +1,295 @@
+"""components/manifests.py: the objects the stack applies, field by field, and their schemas."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pulumi
+import pytest
+
+from components.manifests import (
+    CONTAINER_NAME,
+    ENTRYPOINT,
+    MASTER_PORT,
+    checkpoint_claim_manifest,
+    common_labels,
+    pytorchjob_manifest,
+    registry_secret_manifest,
+    resource_names,
+    wait_annotations,
+)
+from components.settings import StackSettings, load_stack_file, parse_settings
+from tests.components.k8s_rules import pytorchjob_violations, validate_manifest
+
+IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
+
+
+def settings_for(**sections: Any) -> StackSettings:
+    values: dict[str, Any] = {"image": {"repository": "registry.example.com/ml/trainer"}}
+    values.update(sections)
+    return parse_settings(values, password=None)
+
+
+def replicas(manifest: dict[str, Any]) -> dict[str, Any]:
+    return manifest["spec"]["pytorchReplicaSpecs"]
+
+
+def container(manifest: dict[str, Any], replica_type: str = "Master") -> dict[str, Any]:
+    [only] = replicas(manifest)[replica_type]["template"]["spec"]["containers"]
+    return only
+
+
+def test_resource_names() -> None:
+    names = resource_names(settings_for(job={"name": "run-a"}))
+    assert (names.job, names.claim, names.pull_secret) == ("run-a", "run-a-checkpoints", None)
+    existing = resource_names(
+        settings_for(
+            checkpoints={"existingClaim": "shared-ckpt"},
+            registry={"server": "registry.example.com", "username": "u"},
+        )
+    )
+    assert (existing.claim, existing.pull_secret) == ("shared-ckpt", "pytorch-ddp-registry")
+
+
+def test_tutorial_job_shape() -> None:
+    settings = settings_for()
+    manifest = pytorchjob_manifest(settings, image=IMAGE)
+    assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert manifest["metadata"]["name"] == "pytorch-ddp"
+    assert manifest["metadata"]["namespace"] == "default"
+    assert manifest["spec"]["nprocPerNode"] == "1"
+    assert set(replicas(manifest)) == {"Master", "Worker"}
+    assert replicas(manifest)["Master"]["replicas"] == 1
+    assert replicas(manifest)["Worker"]["replicas"] == 1
+    for replica_type in ("Master", "Worker"):
+        replica = replicas(manifest)[replica_type]
+        assert replica["restartPolicy"] == "OnFailure"
+        pod = replica["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] >= 60
+        main = container(manifest, replica_type)
+        assert main["name"] == CONTAINER_NAME == "pytorch"
+        assert main["image"] == IMAGE
+        assert main["command"] == [ENTRYPOINT]
+        assert main["args"] == [
+            "--max-restarts",
+            "0",
+            "--",
+            "--batch_size",
+            "32",
+            "100",
+            "25",
+            "--checkpoint-dir",
+            "/checkpoints/pytorch-ddp",
+            "--dataset-size",
+            "2048",
+        ]
+        assert {"name": "pytorchjob-port", "containerPort": MASTER_PORT, "protocol": "TCP"} in main[
+            "ports"
+        ]
+        env = {item["name"]: item["value"] for item in main["env"]}
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["OMP_NUM_THREADS"] == "4"
+        assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert main["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
+        mounts = {mount["mountPath"]: mount["name"] for mount in main["volumeMounts"]}
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        claim_volume = volumes[mounts["/checkpoints"]]
+        assert claim_volume["persistentVolumeClaim"] == {"claimName": "pytorch-ddp-checkpoints"}
+        assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
+        assert "imagePullSecrets" not in pod
+        assert "schedulerName" not in pod
+        assert "affinity" not in pod
+    assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "None"}
+
+
+def test_single_node_has_no_worker_and_cpu_has_no_gpu() -> None:
+    manifest = pytorchjob_manifest(
+        settings_for(job={"nodes": 1, "gpusPerNode": 0, "cpu": "500m"}), image=IMAGE
+    )
+    assert set(replicas(manifest)) == {"Master"}
+    assert manifest["spec"]["nprocPerNode"] == "1"
+    limits = container(manifest)["resources"]["limits"]
+    assert "nvidia.com/gpu" not in limits
+    env = {item["name"]: item["value"] for item in container(manifest)["env"]}
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_multi_gpu_nodes() -> None:
+    manifest = pytorchjob_manifest(
+        settings_for(job={"nodes": 4, "gpusPerNode": 8, "cpu": "32"}), image=IMAGE
+    )
+    assert replicas(manifest)["Worker"]["replicas"] == 3
+    assert manifest["spec"]["nprocPerNode"] == "8"
+    assert container(manifest, "Worker")["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    env = {item["name"]: item["value"] for item in container(manifest)["env"]}
+    assert env["OMP_NUM_THREADS"] == "4"
+
+
+def test_optional_job_fields() -> None:
+    manifest = pytorchjob_manifest(
+        settings_for(
+            job={
+                "task": "trainer.tasks:regression",
+                "maxRestarts": 2,
+                "ttlSecondsAfterFinished": 600,
+                "activeDeadlineSeconds": 7200,
+                "cleanPodPolicy": "All",
+            }
+        ),
+        image=IMAGE,
+    )
+    args = container(manifest)["args"]
+    assert args[:2] == ["--max-restarts", "2"]
+    assert args[-2:] == ["--task", "trainer.tasks:regression"]
+    assert manifest["spec"]["runPolicy"] == {
+        "backoffLimit": 3,
+        "cleanPodPolicy": "All",
+        "ttlSecondsAfterFinished": 600,
+        "activeDeadlineSeconds": 7200,
+    }
+
+
+def test_runai_scheduler_and_labels() -> None:
+    settings = settings_for(platform="runai", runaiProject="team-a")
+    manifest = pytorchjob_manifest(settings, image=IMAGE)
+    assert manifest["metadata"]["namespace"] == "runai-team-a"
+    assert manifest["metadata"]["labels"]["project"] == "team-a"
+    assert manifest["metadata"]["labels"]["runai/queue"] == "team-a"
+    for replica in replicas(manifest).values():
+        template = replica["template"]
+        assert template["spec"]["schedulerName"] == "runai-scheduler"
+        assert template["metadata"]["labels"]["project"] == "team-a"
+        assert template["metadata"]["labels"]["runai/queue"] == "team-a"
+
+
+def test_pull_secret_attached_when_registry_set() -> None:
+    settings = settings_for(registry={"server": "registry.example.com", "username": "u"})
+    manifest = pytorchjob_manifest(settings, image=IMAGE)
+    for replica in replicas(manifest).values():
+        assert replica["template"]["spec"]["imagePullSecrets"] == [{"name": "pytorch-ddp-registry"}]
+
+
+def test_read_write_once_co_locates_replicas() -> None:
+    settings = settings_for(checkpoints={"accessMode": "ReadWriteOnce"})
+    manifest = pytorchjob_manifest(settings, image=IMAGE)
+    for replica in replicas(manifest).values():
+        affinity = replica["template"]["spec"]["affinity"]["podAffinity"]
+        [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        selector = term["labelSelector"]["matchLabels"]
+        # The selector must match the pods' own labels, or the first pod could never schedule.
+        assert selector.items() <= replica["template"]["metadata"]["labels"].items()
+    single = pytorchjob_manifest(
+        settings_for(checkpoints={"accessMode": "ReadWriteOnce"}, job={"nodes": 1}), image=IMAGE
+    )
+    assert "affinity" not in replicas(single)["Master"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("wait_for", "expected"),
+    [
+        ("none", {"pulumi.com/skipAwait": "true"}),
+        ("created", {}),
+        ("running", {"pulumi.com/waitFor": "condition=Running"}),
+    ],
+)
+def test_wait_annotations(wait_for: str, expected: dict[str, str]) -> None:
+    settings = settings_for(job={"waitFor": wait_for})
+    assert wait_annotations(settings) == expected
+    metadata = pytorchjob_manifest(settings, image=IMAGE)["metadata"]
+    assert metadata.get("annotations", {}) == expected
+
+
+def test_checkpoint_claim() -> None:
+    claim = checkpoint_claim_manifest(settings_for(checkpoints={"storageClass": "fast-rwx"}))
+    assert claim["metadata"]["name"] == "pytorch-ddp-checkpoints"
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "volumeMode": "Filesystem",
+        "resources": {"requests": {"storage": "10Ti"}},
+        "storageClassName": "fast-rwx",
+    }
+    assert claim["metadata"]["annotations"] == {"pytorch-distributed/retain-on-destroy": "true"}
+    plain = checkpoint_claim_manifest(settings_for(checkpoints={"retainOnDestroy": False}))
+    assert "annotations" not in plain["metadata"]
+    assert "storageClassName" not in plain["spec"]
+    assert common_labels(settings_for()).items() <= plain["metadata"]["labels"].items()
+
+
+def test_registry_secret_with_plain_password() -> None:
+    settings = settings_for(registry={"server": "registry.example.com", "username": "robot"})
+    secret = registry_secret_manifest(settings, password="p@ss")
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret["metadata"]["name"] == "pytorch-ddp-registry"
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    entry = config["auths"]["registry.example.com"]
+    assert entry["username"] == "robot" and entry["password"] == "p@ss"
+    assert base64.b64decode(entry["auth"]).decode() == "robot:p@ss"
+
+
+def test_registry_secret_needs_a_registry() -> None:
+    with pytest.raises(ValueError, match="registry"):
+        registry_secret_manifest(settings_for(), password="x")
+
+
+def test_registry_secret_with_secret_output_stays_secret() -> None:
+    settings = settings_for(registry={"server": "registry.example.com", "username": "robot"})
+    captured: dict[str, Any] = {}
+
+    async def check() -> None:
+        secret = registry_secret_manifest(settings, password=pulumi.Output.secret("p@ss"))
+        data = secret["data"][".dockerconfigjson"]
+        assert isinstance(data, pulumi.Output)
+        captured["secret"] = await data.is_secret()
+        captured["value"] = await data.future()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(check())
+    finally:
+        loop.close()
+    assert captured["secret"] is True
+    config = json.loads(base64.b64decode(captured["value"]))
+    assert config["auths"]["registry.example.com"]["password"] == "p@ss"
+
+
+def stack_manifests(settings: StackSettings) -> list[dict[str, Any]]:
+    manifests = [pytorchjob_manifest(settings, image=IMAGE)]
+    if settings.checkpoints.existing_claim is None:
+        manifests.append(checkpoint_claim_manifest(settings))
+    if settings.registry is not None:
+        manifests.append(registry_secret_manifest(settings, password="not-a-real-password"))
+    return manifests
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_stack_manifests_validate_against_kubernetes_schemas(repo_root: Path, stack: str) -> None:
+    for manifest in stack_manifests(load_stack_file(stack, repo_root)):
+        validate_manifest(manifest)
+
+
+def test_schema_check_catches_mistakes() -> None:
+    settings = settings_for()
+    job = pytorchjob_manifest(settings, image=IMAGE)
+    broken = copy.deepcopy(job)
+    replicas(broken)["Master"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_manifest(broken)
+    renamed = copy.deepcopy(job)
+    container(renamed)["name"] = "trainer"
+    replicas(renamed)["Master"]["replicas"] = 2
+    replicas(renamed)["Launcher"] = replicas(renamed)["Worker"]
+    problems = pytorchjob_violations(renamed)
+    assert any("named pytorch" in problem for problem in problems)
+    assert any("Master replicas must be 1" in problem for problem in problems)
+    assert any("Launcher" in problem for problem in problems)
+    claim = checkpoint_claim_manifest(settings)
+    claim["spec"]["accessMode"] = "ReadWriteMany"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_manifest(claim)

@@ -1,0 +1,118 @@
+"""Bad stack config stops the real program before it registers a single resource.
+
+Each case changes one thing in a committed stack file and expects a pulumi.RunError (which the
+CLI prints as one clean line, no traceback) naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pulumi
+import pytest
+
+from tests.pulumi_harness import run_program
+
+PROD_SECRETS = {"registryPassword": "not-real"}
+
+# (id, stack, overrides, secrets, key the message names, value the message shows or None)
+CASES: list[tuple[str, str, dict[str, Any], dict[str, str] | None, str, str | None]] = [
+    ("unknown-platform", "dev", {"platform": "slurm"}, None, "platform", "'slurm'"),
+    ("runai-without-project", "dev", {"platform": "runai"}, None, "runaiProject", None),
+    ("bad-namespace", "dev", {"namespace": "Team_A"}, None, "namespace", "'Team_A'"),
+    ("typo-top-level", "dev", {"kubecontext": "kind"}, None, "kubecontext", "'kind'"),
+    ("typo-job-epochs", "dev", {"job": {"epochs": 10}}, None, "job.epochs", "10"),
+    ("nodes-wrong-type", "dev", {"job": {"nodes": "two"}}, None, "job.nodes", "'two'"),
+    ("nodes-out-of-range", "dev", {"job": {"nodes": 0}}, None, "job.nodes", "0"),
+    ("gpus-negative", "prod", {"job": {"gpusPerNode": -2}}, PROD_SECRETS, "job.gpusPerNode", "-2"),
+    ("bad-job-name", "dev", {"job": {"name": "DDP_dev"}}, None, "job.name", "'DDP_dev'"),
+    ("save-every-too-big", "dev", {"job": {"saveEvery": 60}}, None, "job.saveEvery", "60"),
+    ("bad-wait-for", "dev", {"job": {"waitFor": "finished"}}, None, "job.waitFor", "'finished'"),
+    ("bad-memory", "dev", {"job": {"memory": "2GB"}}, None, "job.memory", "'2GB'"),
+    (
+        "size-10TB",
+        "prod",
+        {"checkpoints": {"size": "10TB"}},
+        PROD_SECRETS,
+        "checkpoints.size",
+        "'10TB'",
+    ),
+    (
+        "bad-access-mode",
+        "dev",
+        {"checkpoints": {"accessMode": "RWX"}},
+        None,
+        "checkpoints.accessMode",
+        "'RWX'",
+    ),
+    (
+        "retain-not-bool",
+        "dev",
+        {"checkpoints": {"retainOnDestroy": "maybe"}},
+        None,
+        "checkpoints.retainOnDestroy",
+        "'maybe'",
+    ),
+    ("no-build-without-ref", "dev", {"image": {"build": False}}, None, "image.ref", None),
+    (
+        "build-without-repository",
+        "dev",
+        {"image": {"repository": None}},
+        None,
+        "image.repository",
+        None,
+    ),
+    (
+        "bad-image-platform",
+        "dev",
+        {"image": {"platform": "windows/amd64"}},
+        None,
+        "image.platform",
+        "'windows/amd64'",
+    ),
+    ("password-without-registry", "dev", {}, {"registryPassword": "pw"}, "registryPassword", None),
+    ("registry-without-password", "prod", {}, None, "registryPassword", None),
+    (
+        "registry-missing-server",
+        "prod",
+        {"registry": {"server": None}},
+        PROD_SECRETS,
+        "registry.server",
+        None,
+    ),
+    ("job-not-an-object", "dev", {"job": "ddp-dev"}, None, "job", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "secrets", "key", "value"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_bad_config_fails_before_any_resource(
+    stack: str,
+    overrides: dict[str, Any],
+    secrets: dict[str, str] | None,
+    key: str,
+    value: str | None,
+) -> None:
+    result = run_program(stack, overrides=overrides, secrets=secrets)
+    assert isinstance(result.error, pulumi.RunError), result.error
+    message = str(result.error)
+    assert "\n" not in message
+    assert re.search(rf"config pytorch-distributed:{re.escape(key)}[ :]", message), message
+    if value is not None:
+        assert f"= {value}:" in message, message
+    # The explanation of what is allowed follows the key/value.
+    assert len(message.rsplit(": ", 1)[-1]) > 10
+    # Raised from None: the CLI shows the one line, not a chain of tracebacks.
+    assert result.error.__suppress_context__ or result.error.__context__ is None
+    assert result.resources == []
+    assert result.outputs == {}
+
+
+def test_secret_password_is_never_echoed_in_errors() -> None:
+    result = run_program("dev", secrets={"registryPassword": "s3cr3t-value"})
+    assert isinstance(result.error, pulumi.RunError)
+    assert "s3cr3t-value" not in str(result.error)

@@ -1,0 +1,348 @@
+"""components/settings.py: defaults, derived values, stack files and every refusal."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.settings import (
+    DEFAULT_BASE_IMAGE,
+    REDACTED,
+    SettingsError,
+    load_settings,
+    load_stack_file,
+    parse_settings,
+    quantity_value,
+)
+
+MINIMAL: dict[str, Any] = {"image": {"repository": "registry.example.com/ml/trainer"}}
+
+
+def with_values(**sections: Any) -> dict[str, Any]:
+    values = {
+        key: dict(value) if isinstance(value, dict) else value for key, value in MINIMAL.items()
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(values.get(key), dict):
+            values[key] = {**values[key], **value}
+        else:
+            values[key] = value
+    return values
+
+
+def test_defaults_match_the_tutorial_run() -> None:
+    settings = parse_settings(MINIMAL)
+    assert settings.platform == "kubeflow"
+    assert settings.namespace == "default"
+    assert settings.registry is None
+    assert settings.image.build is True
+    assert settings.image.base_image == DEFAULT_BASE_IMAGE == "nvcr.io/nvidia/pytorch:24.07-py3"
+    assert settings.image.platform == "linux/amd64"
+    checkpoints = settings.checkpoints
+    assert (checkpoints.size, checkpoints.access_mode, checkpoints.mount_path) == (
+        "10Ti",
+        "ReadWriteMany",
+        "/checkpoints",
+    )
+    assert checkpoints.retain_on_destroy is True
+    job = settings.job
+    assert (job.name, job.nodes, job.gpus_per_node) == ("pytorch-ddp", 2, 1)
+    assert (job.batch_size, job.total_epochs, job.save_every) == (32, 100, 25)
+    assert (job.dataset_size, job.max_restarts, job.backoff_limit) == (2048, 0, 3)
+    assert (job.cpu, job.memory, job.wait_for, job.clean_pod_policy) == (
+        "4",
+        "16Gi",
+        "created",
+        "None",
+    )
+    assert job.ttl_seconds_after_finished is None and job.active_deadline_seconds is None
+
+
+def test_derived_values() -> None:
+    settings = parse_settings(with_values(job={"nodes": 4, "gpusPerNode": 8, "name": "big"}))
+    assert settings.job.workers == 3
+    assert settings.job.nproc_per_node == 8
+    assert settings.checkpoint_dir == "/checkpoints/big"
+    cpu = parse_settings(with_values(job={"gpusPerNode": 0}))
+    assert cpu.job.nproc_per_node == 1
+
+
+def test_settings_are_frozen() -> None:
+    settings = parse_settings(MINIMAL)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.job.nodes = 3  # type: ignore[misc]
+
+
+def test_runai_defaults_namespace_from_project() -> None:
+    settings = parse_settings(with_values(platform="runai", runaiProject="team-a"))
+    assert settings.namespace == "runai-team-a"
+    explicit = parse_settings(with_values(platform="runai", runaiProject="team-a", namespace="ml"))
+    assert explicit.namespace == "ml"
+
+
+def test_string_spellings_from_config_set_path_are_accepted() -> None:
+    settings = parse_settings(
+        with_values(
+            job={"nodes": "3", "gpusPerNode": "0"}, checkpoints={"retainOnDestroy": "false"}
+        )
+    )
+    assert settings.job.nodes == 3 and settings.job.gpus_per_node == 0
+    assert settings.checkpoints.retain_on_destroy is False
+
+
+def test_prebuilt_image_reference() -> None:
+    digest = "registry.example.com/ml/trainer@sha256:" + "a" * 64
+    pinned = parse_settings({"image": {"build": False, "ref": digest}})
+    assert pinned.image.ref == digest and pinned.image.pinned
+    tagged = parse_settings({"image": {"build": False, "ref": "registry.example.com/t:1.0"}})
+    assert not tagged.image.pinned
+
+
+def test_registry_and_password() -> None:
+    settings = parse_settings(
+        with_values(registry={"server": "registry.example.com", "username": "robot"}),
+        password="s3cret",
+    )
+    assert settings.registry is not None
+    assert (settings.registry.server, settings.registry.username) == (
+        "registry.example.com",
+        "robot",
+    )
+    assert settings.registry.password == "s3cret"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("500m", 0.5), ("2", 2), ("1Gi", 2**30), ("10Ti", 10 * 2**40), ("1k", 1000), ("1e3", 1000)],
+)
+def test_quantity_value(text: str, value: float) -> None:
+    assert float(quantity_value(text)) == pytest.approx(value)
+
+
+BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
+    # (id, values, password, key the message must name)
+    ("unknown-platform", with_values(platform="slurm"), None, "platform"),
+    ("runai-without-project", with_values(platform="runai"), None, "runaiProject"),
+    ("project-on-kubeflow", with_values(runaiProject="team-a"), None, "runaiProject"),
+    ("bad-namespace", with_values(namespace="My_NS"), None, "namespace"),
+    ("unknown-top-key", with_values(plataform="runai"), None, "plataform"),
+    ("typo-in-job", with_values(job={"epochs": 10}), None, "job.epochs"),
+    ("nodes-zero", with_values(job={"nodes": 0}), None, "job.nodes"),
+    ("nodes-not-int", with_values(job={"nodes": "two"}), None, "job.nodes"),
+    ("nodes-float", with_values(job={"nodes": 2.5}), None, "job.nodes"),
+    ("nodes-bool", with_values(job={"nodes": True}), None, "job.nodes"),
+    ("gpus-negative", with_values(job={"gpusPerNode": -1}), None, "job.gpusPerNode"),
+    ("batch-zero", with_values(job={"batchSize": 0}), None, "job.batchSize"),
+    ("save-after-end", with_values(job={"totalEpochs": 4, "saveEvery": 5}), None, "job.saveEvery"),
+    ("bad-job-name", with_values(job={"name": "DDP_Run"}), None, "job.name"),
+    ("job-name-digit", with_values(job={"name": "1run"}), None, "job.name"),
+    ("job-name-long", with_values(job={"name": "a" * 49}), None, "job.name"),
+    ("bad-wait", with_values(job={"waitFor": "done"}), None, "job.waitFor"),
+    ("bad-clean", with_values(job={"cleanPodPolicy": "all"}), None, "job.cleanPodPolicy"),
+    ("bad-cpu", with_values(job={"cpu": "4 cores"}), None, "job.cpu"),
+    ("zero-memory", with_values(job={"memory": "0Gi"}), None, "job.memory"),
+    (
+        "negative-ttl",
+        with_values(job={"ttlSecondsAfterFinished": -1}),
+        None,
+        "job.ttlSecondsAfterFinished",
+    ),
+    ("bad-task", with_values(job={"task": "trainer.tasks"}), None, "job.task"),
+    ("size-tb", with_values(checkpoints={"size": "10TB"}), None, "checkpoints.size"),
+    ("bad-access", with_values(checkpoints={"accessMode": "RWX"}), None, "checkpoints.accessMode"),
+    (
+        "rwop-many",
+        with_values(checkpoints={"accessMode": "ReadWriteOncePod"}),
+        None,
+        "checkpoints.accessMode",
+    ),
+    (
+        "relative-mount",
+        with_values(checkpoints={"mountPath": "checkpoints"}),
+        None,
+        "checkpoints.mountPath",
+    ),
+    (
+        "shm-mount",
+        with_values(checkpoints={"mountPath": "/dev/shm"}),
+        None,
+        "checkpoints.mountPath",
+    ),
+    (
+        "retain-string",
+        with_values(checkpoints={"retainOnDestroy": "yes"}),
+        None,
+        "checkpoints.retainOnDestroy",
+    ),
+    (
+        "bad-claim",
+        with_values(checkpoints={"existingClaim": "My Claim"}),
+        None,
+        "checkpoints.existingClaim",
+    ),
+    (
+        "bad-storage-class",
+        with_values(checkpoints={"storageClass": "Fast_SSD"}),
+        None,
+        "checkpoints.storageClass",
+    ),
+    ("checkpoints-not-object", with_values(checkpoints="10Ti"), None, "checkpoints"),
+    ("build-without-repository", {"image": {"build": True}}, None, "image.repository"),
+    ("no-build-without-ref", {"image": {"build": False}}, None, "image.ref"),
+    ("ref-while-building", with_values(image={"ref": "x/y:1"}), None, "image.ref"),
+    (
+        "repository-with-uppercase",
+        {"image": {"repository": "Registry/Trainer"}},
+        None,
+        "image.repository",
+    ),
+    ("bad-image-platform", with_values(image={"platform": "linux/386"}), None, "image.platform"),
+    (
+        "bad-base-image",
+        with_values(image={"baseImage": "nvcr.io/NVIDIA pytorch"}),
+        None,
+        "image.baseImage",
+    ),
+    ("password-without-registry", MINIMAL, "pw", "registryPassword"),
+    (
+        "registry-without-username",
+        with_values(registry={"server": "registry.example.com"}),
+        None,
+        "registry.username",
+    ),
+    (
+        "registry-other-host",
+        with_values(registry={"server": "other.example.com", "username": "u"}),
+        None,
+        "registry.server",
+    ),
+    (
+        "typo-in-registry",
+        with_values(registry={"server": "registry.example.com", "user": "u"}),
+        None,
+        "registry.user",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "password", "key"),
+    [case[1:] for case in BAD_CASES],
+    ids=[case[0] for case in BAD_CASES],
+)
+def test_invalid_values_name_the_key(values: dict[str, Any], password: Any, key: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        parse_settings(values, password=password)
+    message = str(raised.value)
+    # One line: which key, which value (absent for a missing key), then what is allowed.
+    pattern = rf"(invalid|missing) config pytorch-distributed:{re.escape(key)}( = .+)?: \S.+"
+    assert re.fullmatch(pattern, message), message
+
+
+def test_error_names_the_offending_value() -> None:
+    with pytest.raises(SettingsError, match=r"job\.nodes = 'two'"):
+        parse_settings(with_values(job={"nodes": "two"}))
+    with pytest.raises(SettingsError, match=r"checkpoints\.size = '10TB'.*Ti"):
+        parse_settings(with_values(checkpoints={"size": "10TB"}))
+
+
+def test_committed_stack_files_validate(repo_root: Path) -> None:
+    dev = load_stack_file("dev", repo_root)
+    assert dev.job.gpus_per_node == 0
+    assert dev.checkpoints.retain_on_destroy is False
+    assert dev.checkpoints.access_mode == "ReadWriteOnce"
+    prod = load_stack_file("prod", repo_root)
+    assert prod.platform == "runai" and prod.runai_project
+    assert (prod.job.nodes, prod.job.gpus_per_node, prod.job.batch_size) == (2, 1, 32)
+    assert (prod.job.total_epochs, prod.job.save_every) == (100, 25)
+    assert (prod.checkpoints.size, prod.checkpoints.access_mode) == ("10Ti", "ReadWriteMany")
+    assert prod.checkpoints.retain_on_destroy is True
+    assert prod.registry is not None and prod.registry.password is None
+
+
+def test_stack_file_secure_password_is_redacted(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.s.yaml").write_text(
+        "config:\n"
+        "  pulumi:disable-default-providers: [kubernetes]\n"
+        "  pytorch-distributed:image: {repository: registry.example.com/t}\n"
+        "  pytorch-distributed:registry: {server: registry.example.com, username: u}\n"
+        "  pytorch-distributed:registryPassword:\n"
+        "    secure: AAABAJ0xyz\n",
+        encoding="utf-8",
+    )
+    settings = load_stack_file("s", tmp_path)
+    assert settings.registry is not None and settings.registry.password == REDACTED
+
+
+def test_stack_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"Pulumi\.missing\.yaml"):
+        load_stack_file("missing", tmp_path)
+    (tmp_path / "Pulumi.bad.yaml").write_text(
+        "config:\n  pytorch-distributed:job: {nodes: 0}\n"
+        "  pytorch-distributed:image: {repository: r.example.com/t}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(SettingsError, match=r"pytorch-distributed:job\.nodes"):
+        load_stack_file("bad", tmp_path)
+
+
+def _load_with_cli_env(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> Any:
+    """load_settings as under `pulumi up`: the CLI hands config over in PULUMI_CONFIG."""
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps(config))
+    monkeypatch.delenv("PULUMI_CONFIG_SECRET_KEYS", raising=False)
+    # A fresh context, so no config set by another test through set_all_config leaks in.
+    return contextvars.Context().run(load_settings)
+
+
+def test_load_settings_reads_the_cli_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _load_with_cli_env(
+        monkeypatch,
+        {
+            "pulumi:disable-default-providers": '["kubernetes","docker"]',
+            "pytorch-distributed:namespace": "ml",
+            "pytorch-distributed:image": json.dumps({"repository": "r.example.com/t"}),
+            "pytorch-distributed:job": json.dumps({"nodes": 3, "waitFor": "none"}),
+        },
+    )
+    assert settings.namespace == "ml"
+    assert (settings.job.nodes, settings.job.wait_for) == (3, "none")
+
+
+def test_load_settings_turns_errors_into_one_run_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(pulumi.RunError, match=r"pytorch-distributed:job\.epochs") as raised:
+        _load_with_cli_env(
+            monkeypatch,
+            {
+                "pytorch-distributed:image": json.dumps({"repository": "r.example.com/t"}),
+                "pytorch-distributed:job": json.dumps({"epochs": 3}),
+            },
+        )
+    assert raised.value.__suppress_context__
+    with pytest.raises(pulumi.RunError, match=r"pytorch-distributed:image = 'r\.example"):
+        _load_with_cli_env(monkeypatch, {"pytorch-distributed:image": "r.example.com/t"})
+
+
+def test_numeric_quantities_from_yaml() -> None:
+    settings = parse_settings(with_values(job={"cpu": 0.5, "memory": 1073741824}))
+    assert (settings.job.cpu, settings.job.memory) == ("0.5", "1073741824")
+    assert parse_settings(with_values(job={"cpu": 2})).job.cpu == "2"
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value"),
+    [
+        ("job", "name", "ddp-dev\n"),
+        ("checkpoints", "size", "10Gi\n"),
+        ("job", "cpu", "2\n"),
+    ],
+)
+def test_trailing_newline_is_not_a_valid_value(section: str, field: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=rf"{section}\.{field}"):
+        parse_settings(with_values(**{section: {field: value}}))
