@@ -1,0 +1,1 @@
+"""Guard-rail policy pack; a package so the tests can import `policy.rules` directly."""

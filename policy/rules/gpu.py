@@ -1,0 +1,98 @@
+"""Every training container asks for exactly the GPUs torchrun will use, and sets limits.
+
+torchrun starts `nprocPerNode` processes per pod, one per GPU; a pod with fewer GPUs crashes with
+an invalid device ordinal, a pod with more books GPUs nobody uses. Kubernetes needs GPU requests
+equal to limits (extended resources cannot be overcommitted), so both are compared. A job that
+asks for no GPU anywhere is a CPU (gloo) job and is checked for the rest only.
+
+Limits: a memory limit is required (without one a leaking data loader takes the node's memory and
+the kubelet evicts neighbours mid-epoch); CPU is required as a request, not a limit, because a CPU
+limit throttles data-loader workers and NCCL progress threads without protecting anyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .model import PYTORCHJOB_TYPE, Container, containers, dig, is_unknown
+from .operator import CONTAINER_NAME
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+REQUIRED: Final = (("limits", "memory"), ("requests", "cpu"), ("requests", "memory"))
+
+
+def gpu_requests_match_nproc(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if resource_type != PYTORCHJOB_TYPE:
+        return []
+    training = [c for c in containers(props) if c.spec.get("name") == CONTAINER_NAME]
+    if not training:
+        return []  # pytorchjob-operator-shape reports the missing container
+    gpu_job = any(_gpu_quantity(c, "limits") or _gpu_quantity(c, "requests") for c in training)
+    messages: list[str] = []
+    nproc: int | None = None
+    if gpu_job:
+        nproc, problem = _nproc_per_node(props)
+        if problem:
+            messages.append(problem)
+    for container in training:
+        messages.extend(_limit_messages(container))
+        if gpu_job and nproc is not None:
+            messages.extend(_gpu_messages(container, nproc))
+    return messages
+
+
+def _nproc_per_node(props: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    value = dig(props, "spec", "nprocPerNode")
+    if is_unknown(value):
+        return None, None
+    try:
+        nproc = int(value)
+    except (TypeError, ValueError):
+        return None, (
+            f"spec.nprocPerNode is {value!r}; a GPU job needs an explicit number of processes "
+            "per node so it can be compared with the GPUs each pod requests"
+        )
+    return nproc, None
+
+
+def _gpu_quantity(container: Container, section: str) -> Any:
+    return dig(container.spec, "resources", section, GPU_RESOURCE)
+
+
+def _limit_messages(container: Container) -> list[str]:
+    resources = dig(container.spec, "resources")
+    if is_unknown(resources):
+        return []
+    messages: list[str] = []
+    for section, name in REQUIRED:
+        value = dig(resources, section, name)
+        if value is None or value == "":
+            messages.append(f"{container.path}.resources.{section}.{name} is missing")
+    return messages
+
+
+def _gpu_messages(container: Container, nproc: int) -> list[str]:
+    messages: list[str] = []
+    limit = _gpu_quantity(container, "limits")
+    request = _gpu_quantity(container, "requests")
+    field = f"{container.path}.resources"
+    if not is_unknown(limit) and _as_int(limit) != nproc:
+        messages.append(
+            f"{field}.limits[{GPU_RESOURCE!r}] is {limit!r} but spec.nprocPerNode is {nproc}; "
+            "each pod must get one GPU per process"
+        )
+    comparable = request is not None and not is_unknown(request) and not is_unknown(limit)
+    if comparable and _as_int(request) != _as_int(limit):
+        messages.append(
+            f"{field}.requests[{GPU_RESOURCE!r}] is {request!r} but the limit is {limit!r}; "
+            "GPU requests must equal limits"
+        )
+    return messages
+
+
+def _as_int(quantity: Any) -> int | None:
+    try:
+        return int(quantity)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,181 @@
+"""Thin adapters from the pure validators to pulumi-policy's policy objects.
+
+The only logic here is translation: pulumi-policy hands over props wrapped in a proxy that raises
+on values unknown during preview; `plain` turns those into UNKNOWN so each validator decides per
+field (most skip the field, and `pulumi up` checks it again once it is known) instead of the
+whole policy being skipped with a generic "can't run during preview" note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from pulumi_policy import (
+    EnforcementLevel,
+    Policy,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import UnknownValueError
+
+from . import checkpoint, credentials, gpu, image, lifecycle, operator, scheduler
+from .model import UNKNOWN, Resource, Violation
+
+PACK_NAME: Final = "pytorch-distributed-guardrails"
+
+ResourceCheck = Callable[[str, Mapping[str, Any], Mapping[str, Any]], list[str]]
+StackCheck = Callable[[list[Resource], Mapping[str, Any]], list[Violation]]
+
+
+def plain(value: Any) -> Any:
+    """Copy pulumi-policy's proxied props into dicts/lists, with UNKNOWN for preview unknowns."""
+    if isinstance(value, Mapping):
+        result: dict[str, Any] = {}
+        for key in value:
+            try:
+                result[key] = plain(value[key])
+            except UnknownValueError:
+                result[key] = UNKNOWN
+        return result
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        items: list[Any] = []
+        for index in range(len(value)):
+            try:
+                items.append(plain(value[index]))
+            except UnknownValueError:
+                items.append(UNKNOWN)
+        return items
+    return value
+
+
+def resource_policy(
+    name: str,
+    description: str,
+    check: ResourceCheck,
+    level: EnforcementLevel,
+    config_schema: PolicyConfigSchema | None = None,
+) -> ResourceValidationPolicy:
+    def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+        config = dict(args.get_config() or {})
+        for message in check(args.resource_type, plain(args.props), config):
+            report_violation(message, None)
+
+    return ResourceValidationPolicy(
+        name=name,
+        description=description,
+        validate=validate,
+        enforcement_level=level,
+        config_schema=config_schema,
+    )
+
+
+def stack_policy(
+    name: str,
+    description: str,
+    check: StackCheck,
+    config_schema: PolicyConfigSchema | None = None,
+) -> StackValidationPolicy:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        resources = [
+            Resource(
+                type=r.resource_type,
+                name=r.name,
+                props=plain(r.props),
+                urn=r.urn,
+                protect=bool(r.opts.protect),
+            )
+            for r in args.resources
+        ]
+        for violation in check(resources, dict(args.get_config() or {})):
+            report_violation(violation.message, violation.urn)
+
+    return StackValidationPolicy(
+        name=name,
+        description=description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=config_schema,
+    )
+
+
+def _ignore_config(check: Callable[[str, Mapping[str, Any]], list[str]]) -> ResourceCheck:
+    return lambda resource_type, props, _config: check(resource_type, props)
+
+
+def build_policies() -> list[Policy]:
+    mandatory, advisory = EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY
+    return [
+        stack_policy(
+            "checkpoint-claim-protection",
+            "The checkpoint claim of a multi-node PyTorchJob is ReadWriteMany, and every "
+            "checkpoint claim is protected or retained on destroy.",
+            checkpoint.checkpoint_claim_protection,
+            PolicyConfigSchema(properties=dict(checkpoint.CONFIG_SCHEMA)),
+        ),
+        resource_policy(
+            "image-pinned-by-digest",
+            "PyTorchJob containers use images pinned by digest, never a bare tag or latest.",
+            _ignore_config(image.image_pinned_by_digest),
+            mandatory,
+        ),
+        resource_policy(
+            "gpu-requests-match-nproc",
+            "Training containers request as many GPUs as spec.nprocPerNode, with GPU requests "
+            "equal to limits, a memory limit and cpu and memory requests.",
+            _ignore_config(gpu.gpu_requests_match_nproc),
+            mandatory,
+        ),
+        resource_policy(
+            "pytorchjob-operator-shape",
+            "A PyTorchJob has only Master and Worker replicas, exactly one Master, and a "
+            "container named 'pytorch' in each.",
+            _ignore_config(operator.pytorchjob_operator_shape),
+            mandatory,
+        ),
+        stack_policy(
+            "registry-secret-type",
+            "Registry credentials and image pull secrets are Secrets of type "
+            "kubernetes.io/dockerconfigjson with a well-formed .dockerconfigjson.",
+            lambda resources, _config: credentials.registry_secret_type(resources),
+        ),
+        resource_policy(
+            "no-plaintext-credentials",
+            "No credential appears in plain text outside a Secret's data or a provider's "
+            "secret field (env values, arguments, labels, config maps).",
+            _ignore_config(credentials.no_plaintext_credentials),
+            mandatory,
+        ),
+        resource_policy(
+            "runai-scheduler",
+            "On Run:ai stacks every PyTorchJob pod uses runai-scheduler.",
+            scheduler.runai_scheduler,
+            mandatory,
+            PolicyConfigSchema(
+                properties={
+                    "platform": {
+                        "type": "string",
+                        "enum": list(scheduler.PLATFORMS),
+                        "description": "The stack's platform; when unset, a namespace "
+                        "starting with 'runai-' marks a Run:ai stack.",
+                    }
+                }
+            ),
+        ),
+        resource_policy(
+            "job-active-deadline",
+            "A PyTorchJob should bound its run time with spec.runPolicy.activeDeadlineSeconds.",
+            _ignore_config(lifecycle.job_active_deadline),
+            advisory,
+        ),
+        resource_policy(
+            "job-ttl-after-finished",
+            "A PyTorchJob should be cleaned up with spec.runPolicy.ttlSecondsAfterFinished.",
+            _ignore_config(lifecycle.job_ttl_after_finished),
+            advisory,
+        ),
+    ]

@@ -1,0 +1,41 @@
+"""On NVIDIA Run:ai every pod goes through `runai-scheduler`; with the default scheduler the pods
+bypass the project's GPU quota and gang scheduling, so one replica can start while the others
+wait forever holding their GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .model import PYTORCHJOB_TYPE, dig, is_unknown, metadata_namespace, pod_spec_path, pod_specs
+
+RUNAI_SCHEDULER: Final = "runai-scheduler"
+PLATFORMS: Final = ("kubeflow", "runai")
+
+
+def is_runai_stack(props: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    """The stack's platform as the policy config states it, or else as the namespace shows it
+    (the program puts Run:ai jobs in the project's `runai-<project>` namespace)."""
+    platform = config.get("platform")
+    if platform in PLATFORMS:
+        return platform == "runai"
+    namespace = metadata_namespace(props)
+    return isinstance(namespace, str) and namespace.startswith("runai-")
+
+
+def runai_scheduler(
+    resource_type: str, props: Mapping[str, Any], config: Mapping[str, Any]
+) -> list[str]:
+    if resource_type != PYTORCHJOB_TYPE or not is_runai_stack(props, config):
+        return []
+    messages: list[str] = []
+    for replica_type, pod in pod_specs(props):
+        scheduler = dig(pod, "schedulerName")
+        if is_unknown(scheduler) or scheduler == RUNAI_SCHEDULER:
+            continue
+        shown = "not set" if scheduler is None else repr(scheduler)
+        messages.append(
+            f"{pod_spec_path(replica_type)}.schedulerName is {shown}; "
+            f"pods on a Run:ai stack must use {RUNAI_SCHEDULER!r}"
+        )
+    return messages

@@ -1,0 +1,156 @@
+"""The real program's resources, for both stacks, go through the running policy pack exactly as
+the engine sends them (inputs with secret envelopes and preview unknowns, the protect option,
+the stack's --policy-pack-config) and raise no mandatory violation. Variations of the same
+program show the pack does catch the dangerous changes it exists for."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from pulumi.runtime.proto import analyzer_pb2
+from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
+
+from policy.rules.model import (
+    DOCKER_IMAGE_TYPE,
+    PVC_TYPE,
+    PYTORCHJOB_TYPE,
+    RETAIN_ANNOTATION,
+    SECRET_TYPE,
+)
+from tests.policy.pack_client import REPO_ROOT, Stub, configure, struct
+from tests.policy.test_pack import ADVISORY_POLICIES
+from tests.pulumi_harness import ProgramResult, RegisteredResource, Secret, run_program
+
+SECRETS: dict[str, dict[str, str] | None] = {
+    "dev": None,
+    "prod": {"registryPassword": "not-a-real-password"},
+}
+EXPECTED_TYPES = {
+    "dev": {PYTORCHJOB_TYPE, PVC_TYPE, DOCKER_IMAGE_TYPE},
+    "prod": {PYTORCHJOB_TYPE, PVC_TYPE, DOCKER_IMAGE_TYPE, SECRET_TYPE},
+}
+
+
+def policy_config(stack: str) -> dict[str, Any]:
+    return json.loads((REPO_ROOT / "policy" / "config" / f"{stack}.json").read_text())
+
+
+def run(stack: str, *, preview: bool = False, overrides: Mapping[str, Any] | None = None):
+    result = run_program(stack, overrides=overrides, secrets=SECRETS[stack], preview=preview)
+    assert result.error is None, f"program failed for {stack}: {result.error}"
+    return result
+
+
+def wire(value: Any) -> Any:
+    """Back to the engine's wire form: secrets in their envelope (the pack must unwrap them)."""
+    if isinstance(value, Secret):
+        return {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": wire(value.value)}
+    if isinstance(value, dict):
+        return {key: wire(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [wire(item) for item in value]
+    return value
+
+
+def options(resource: RegisteredResource) -> analyzer_pb2.AnalyzerResourceOptions:
+    return analyzer_pb2.AnalyzerResourceOptions(protect=resource.protect)
+
+
+def diagnostics(
+    stub: Stub, result: ProgramResult, config: Mapping[str, Any]
+) -> list[analyzer_pb2.AnalyzeDiagnostic]:
+    configure(stub, config)
+    found: list[analyzer_pb2.AnalyzeDiagnostic] = []
+    for resource in result.resources:
+        response = stub.Analyze(
+            analyzer_pb2.AnalyzeRequest(
+                type=resource.type,
+                properties=struct(wire(resource.inputs)),
+                urn=resource.urn,
+                name=resource.name,
+                options=options(resource),
+            )
+        )
+        found.extend(response.diagnostics)
+    stack = analyzer_pb2.AnalyzeStackRequest(
+        resources=[
+            analyzer_pb2.AnalyzerResource(
+                type=r.type,
+                properties=struct(wire(r.inputs)),
+                urn=r.urn,
+                name=r.name,
+                options=options(r),
+            )
+            for r in result.resources
+        ]
+    )
+    found.extend(stub.AnalyzeStack(stack).diagnostics)
+    return found
+
+
+def mandatory(found: list[analyzer_pb2.AnalyzeDiagnostic]) -> list[tuple[str, str]]:
+    return [
+        (d.policyName, d.message) for d in found if d.enforcementLevel == analyzer_pb2.MANDATORY
+    ]
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_program_output_passes_every_mandatory_policy(
+    analyzer: Stub, stack: str, preview: bool
+) -> None:
+    result = run(stack, preview=preview)
+    assert EXPECTED_TYPES[stack] <= {r.type for r in result.resources}
+    found = diagnostics(analyzer, result, policy_config(stack))
+    assert mandatory(found) == []
+    # Warnings only from the advisory rules; no "can't run policy during preview" notes either.
+    assert {d.policyName for d in found} <= ADVISORY_POLICIES
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_retain_annotation_tells_the_truth_about_retain_on_delete(stack: str) -> None:
+    """The policy trusts the annotation because it cannot see retain_on_delete; check both agree."""
+    for retain in (True, False):
+        result = run(stack, overrides={"checkpoints": {"retainOnDestroy": retain}})
+        claim = result.one(PVC_TYPE)
+        annotations = claim.inputs["metadata"].get("annotations", {})
+        assert claim.retain_on_delete is retain
+        assert (annotations.get(RETAIN_ANNOTATION) == "true") is retain
+
+
+def test_unretained_prod_claim_is_stopped(analyzer: Stub) -> None:
+    result = run("prod", overrides={"checkpoints": {"retainOnDestroy": False}})
+    found = mandatory(diagnostics(analyzer, result, policy_config("prod")))
+    assert [name for name, _ in found] == ["checkpoint-claim-protection"]
+    assert "neither protected nor retained" in found[0][1]
+
+
+def test_dev_without_its_opt_outs_is_stopped(analyzer: Stub) -> None:
+    found = mandatory(diagnostics(analyzer, run("dev"), {}))
+    assert [name for name, _ in found] == ["checkpoint-claim-protection"] * 2
+    assert "needs ReadWriteMany" in found[0][1]
+
+
+def test_tagged_prebuilt_image_is_stopped(analyzer: Stub) -> None:
+    image = {"build": False, "ref": "registry.example.com/ml/pytorch-ddp-example:v3"}
+    result = run("prod", overrides={"image": image})
+    found = mandatory(diagnostics(analyzer, result, policy_config("prod")))
+    assert {name for name, _ in found} == {"image-pinned-by-digest"}
+    assert all(
+        "'registry.example.com/ml/pytorch-ddp-example:v3' is a bare tag" in m for _, m in found
+    )
+
+
+def test_more_gpus_per_node_still_pass(analyzer: Stub) -> None:
+    result = run("prod", overrides={"job": {"gpusPerNode": 8, "nodes": 4}})
+    assert mandatory(diagnostics(analyzer, result, policy_config("prod"))) == []
+
+
+def test_prod_pods_off_the_runai_scheduler_are_stopped(analyzer: Stub) -> None:
+    # The program leaves schedulerName unset off Run:ai; prod's policy config insists on Run:ai.
+    result = run("prod", overrides={"platform": "kubeflow", "runaiProject": None})
+    found = mandatory(diagnostics(analyzer, result, policy_config("prod")))
+    assert [name for name, _ in found] == ["runai-scheduler"] * 2
