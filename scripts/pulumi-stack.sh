@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make preview|up|destroy STACK=<stack>`: run the real Pulumi CLI on one stack.
+#
+# Usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack>
+#
+# Backend: whatever you are logged in to (`pulumi login ...`) or PULUMI_BACKEND_URL names; with
+# neither, the local file backend .pulumi-state/ in this checkout. A file backend encrypts the
+# stack's secrets with PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE), taken from
+# the environment. preview and up run the policy pack (policy/) with policy/config/<stack>.json.
+# up and destroy ask for confirmation on a terminal; elsewhere set PULUMI_SKIP_CONFIRMATIONS=true.
+set -euo pipefail
+
+die() {
+  echo "pulumi-stack.sh: $*" >&2
+  exit 1
+}
+
+[[ $# -eq 2 ]] || die "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack>"
+action=$1
+stack=$2
+case $action in
+  preview | up | destroy) ;;
+  *) die "unknown action '$action': expected preview, up or destroy" ;;
+esac
+[[ $stack =~ ^[A-Za-z0-9._-]+$ ]] || die "invalid stack name '$stack'"
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+[[ -f "Pulumi.$stack.yaml" ]] || die "no stack file Pulumi.$stack.yaml in $repo"
+
+if ! command -v pulumi >/dev/null 2>&1; then
+  die "the Pulumi CLI is not installed ('pulumi' is not on PATH).
+  Install it (https://www.pulumi.com/docs/iac/download-install/), then run this again.
+  Without it: 'make render STACK=$stack' writes the manifests, 'make local' runs the job here."
+fi
+
+if [[ -z ${PULUMI_BACKEND_URL:-} ]] && ! pulumi whoami >/dev/null 2>&1; then
+  export PULUMI_BACKEND_URL="file://$repo/.pulumi-state"
+  mkdir -p .pulumi-state
+  echo "pulumi-stack.sh: no backend configured; using the local file backend .pulumi-state/" >&2
+fi
+if [[ ${PULUMI_BACKEND_URL:-} == file://* && -z ${PULUMI_CONFIG_PASSPHRASE:-} &&
+  -z ${PULUMI_CONFIG_PASSPHRASE_FILE:-} ]]; then
+  die "the file backend ${PULUMI_BACKEND_URL} encrypts stack secrets with a passphrase:
+  export PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE) and run this again."
+fi
+
+pulumi stack select --create "$stack"
+
+policy=()
+if [[ -f "policy/config/$stack.json" ]]; then
+  policy=(--policy-pack policy --policy-pack-config "policy/config/$stack.json")
+fi
+
+case $action in
+  preview) exec pulumi preview --stack "$stack" --diff ${policy[@]+"${policy[@]}"} ;;
+  up) exec pulumi up --stack "$stack" --diff ${policy[@]+"${policy[@]}"} ;;
+  destroy) exec pulumi destroy --stack "$stack" ;;
+esac

@@ -1,0 +1,111 @@
+"""tools.operator_env against tables written from training-operator v1.8's rules (envvar.go,
+master.go), not from the function itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.manifests import pytorchjob_manifest
+from components.settings import load_stack_file
+from tools.operator_env import OperatorEnvError, injected_env, pod_name, replica_pods
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def job(
+    name: str = "big",
+    *,
+    workers: int | None = 3,
+    master: bool = True,
+    nproc: str | None = "8",
+    port: int | None = 29400,
+    elastic: bool = False,
+) -> dict[str, Any]:
+    ports = [{"name": "pytorchjob-port", "containerPort": port}] if port is not None else []
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "x", "ports": ports}]}}
+    specs: dict[str, Any] = {}
+    if master:
+        specs["Master"] = {"replicas": 1, "template": template}
+    if workers is not None:
+        specs["Worker"] = {"replicas": workers, "template": template}
+    spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
+    if nproc is not None:
+        spec["nprocPerNode"] = nproc
+    if elastic:
+        spec["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 4}
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_dev_stack_pods_get_what_the_operator_injects() -> None:
+    settings = load_stack_file("dev", REPO_ROOT)
+    manifest = pytorchjob_manifest(settings, image="local")
+    common = {
+        "PYTHONUNBUFFERED": "0",
+        "MASTER_ADDR": "ddp-dev-master-0",
+        "PET_MASTER_ADDR": "ddp-dev-master-0",
+        "MASTER_PORT": "23456",
+        "PET_MASTER_PORT": "23456",
+        "WORLD_SIZE": "2",  # 2 pods x nprocPerNode "1"
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NNODES": "2",
+    }
+
+    assert injected_env(manifest, "Master", 0) == {**common, "RANK": "0", "PET_NODE_RANK": "0"}
+    assert injected_env(manifest, "Worker", 0) == {**common, "RANK": "1", "PET_NODE_RANK": "1"}
+
+
+def test_worker_ranks_follow_the_master_and_world_size_counts_processes() -> None:
+    spec = job()  # 1 master + 3 workers, nprocPerNode "8", port 29400
+
+    env = injected_env(spec, "Worker", 2)
+
+    assert env == {
+        "PYTHONUNBUFFERED": "0",
+        "MASTER_ADDR": "big-master-0",
+        "PET_MASTER_ADDR": "big-master-0",
+        "MASTER_PORT": "29400",
+        "PET_MASTER_PORT": "29400",
+        "WORLD_SIZE": "32",
+        "RANK": "3",
+        "PET_NODE_RANK": "3",
+        "PET_NPROC_PER_NODE": "8",
+        "PET_NNODES": "4",
+    }
+
+
+@pytest.mark.parametrize("nproc", ["auto", None])
+def test_non_integer_nproc_per_node_counts_one_process_per_pod(nproc: str | None) -> None:
+    env = injected_env(job(nproc=nproc), "Master", 0)
+
+    assert env["WORLD_SIZE"] == "4"  # 4 pods, one process each as far as the operator knows
+    assert env["PET_NPROC_PER_NODE"] == "auto"  # the API default, passed through for torchrun
+
+
+def test_missing_port_falls_back_to_the_defaulted_23456() -> None:
+    assert injected_env(job(port=None), "Worker", 0)["MASTER_PORT"] == "23456"
+
+
+def test_elastic_jobs_get_no_fixed_node_count() -> None:
+    assert "PET_NNODES" not in injected_env(job(elastic=True), "Master", 0)
+
+
+def test_without_a_master_only_unbuffered_output_and_node_count_are_set() -> None:
+    assert injected_env(job(master=False), "Worker", 1) == {
+        "PYTHONUNBUFFERED": "0",
+        "PET_NNODES": "3",
+    }
+
+
+def test_pods_are_named_and_ordered_like_the_operator_does() -> None:
+    assert replica_pods(job(workers=2)) == [("Master", 0), ("Worker", 0), ("Worker", 1)]
+    assert pod_name("big", "Worker", 1) == "big-worker-1"
+
+
+def test_replica_outside_the_spec_is_rejected() -> None:
+    with pytest.raises(OperatorEnvError, match=r"Worker index 3 is outside 0\.\.2"):
+        injected_env(job(), "Worker", 3)
+    with pytest.raises(OperatorEnvError, match="no 'Worker' replica spec"):
+        injected_env(job(workers=None), "Worker", 0)

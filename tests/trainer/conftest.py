@@ -1,0 +1,188 @@
+"""Helpers for trainer tests: launch real torchrun jobs on CPU (gloo) and inspect their
+checkpoint directories through the trainer's own inspection command."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, pick_free_port
+from trainer.checkpoint import describe
+
+PYTHON = sys.executable
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+TIMEOUT_S = 180
+
+# One small run shared by many tests: 256 samples -> 4 steps per rank per epoch on 2 ranks.
+# SAVE_EVERY does not divide TOTAL, so the schedule shows the extra final checkpoint.
+TOTAL_EPOCHS = 250
+SAVE_EVERY = 100
+BASE_ARGS = ("--dataset-size", "256", "--keep", "5")
+
+
+def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"})
+    env.update(extra or {})
+    return env
+
+
+def torchrun_command(args: Sequence[str], nproc: int = 2) -> list[str]:
+    return [
+        TORCHRUN,
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(pick_free_port()),
+        "-m",
+        "trainer",
+        *args,
+    ]
+
+
+def reference_args(directory: Path, total: int = TOTAL_EPOCHS) -> list[str]:
+    return [str(total), str(SAVE_EVERY), "--checkpoint-dir", str(directory), *BASE_ARGS]
+
+
+@dataclass
+class Finished:
+    returncode: int
+    output: str
+
+
+def run_trainer(
+    args: Sequence[str], *, nproc: int = 2, env: dict[str, str] | None = None
+) -> Finished:
+    done = subprocess.run(
+        torchrun_command(args, nproc),
+        cwd=REPO_ROOT,
+        env=trainer_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    return Finished(done.returncode, done.stdout)
+
+
+class Background:
+    """A torchrun job in its own session, so the test can signal it like a kubelet would."""
+
+    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._handle = log.open("w")
+        self.process = subprocess.Popen(
+            torchrun_command(args),
+            cwd=REPO_ROOT,
+            env=trainer_env(env),
+            stdout=self._handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill_all(self) -> None:
+        """SIGKILL torchrun and every worker at once, like a node or pod dying. (torchrun starts
+        each worker in its own session, so killing torchrun's process group would not do.)"""
+        pids = _descendants(self.process.pid)
+        for pid in [self.process.pid, *pids]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = TIMEOUT_S) -> Finished:
+        workers = _descendants(self.process.pid)
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.kill_all()
+                self.process.wait()
+            self._handle.close()
+        # No orphaned worker may keep writing to the directory while the test goes on.
+        wait_until(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
+        return Finished(code, self.log.read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in children.read_text().split():
+                found += [int(child), *_descendants(int(child))]
+    return found
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def manifest_epochs(directory: Path) -> list[tuple[int, int]]:
+    path = directory / "manifest.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [(item["epochs_completed"], item["step_in_epoch"]) for item in raw["checkpoints"]]
+
+
+def inspect(directory: Path) -> dict:
+    """What a resume from ``directory`` would use (in-process; test_checkpoint covers the CLI)."""
+    return describe(directory)
+
+
+def inspect_cli(directory: Path) -> dict:
+    done = subprocess.run(
+        [PYTHON, "-m", "trainer.checkpoint", str(directory)],
+        cwd=REPO_ROOT,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run; every resume test must end with exactly these weights."""
+    directory = tmp_path_factory.mktemp("reference") / "ckpt"
+    finished = run_trainer(reference_args(directory))
+    assert finished.returncode == 0, finished.output
+    return directory
+
+
+@pytest.fixture
+def reference_copy(reference_run: Path, tmp_path: Path) -> Path:
+    """A private copy for tests that damage or extend a finished run."""
+    copy = tmp_path / "ckpt"
+    shutil.copytree(reference_run, copy)
+    return copy

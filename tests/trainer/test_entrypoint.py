@@ -1,0 +1,70 @@
+"""trainer/entrypoint.sh as the pod runs it: rendezvous from the operator's environment."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT, pick_free_port
+from tests.trainer.conftest import TIMEOUT_S, TORCHRUN, inspect, trainer_env
+
+ENTRYPOINT = REPO_ROOT / "trainer" / "entrypoint.sh"
+
+
+def run_entrypoint(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = trainer_env({"TORCHRUN": TORCHRUN})
+    for name in [name for name in base if name.startswith(("PET_", "MASTER_"))]:
+        del base[name]
+    base.pop("PYTHONPATH")  # the script must find the package by itself
+    return subprocess.run(
+        [str(ENTRYPOINT), *args],
+        cwd="/",
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_trains_with_the_kubeflow_pet_variables(tmp_path: Path) -> None:
+    env = {
+        "PET_NNODES": "1",
+        "PET_NODE_RANK": "0",
+        "PET_NPROC_PER_NODE": "2",
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(pick_free_port()),
+    }
+    args = ["--max-restarts", "1", "--", "3", "2", "--checkpoint-dir", str(tmp_path)]
+    done = run_entrypoint([*args, "--dataset-size", "64"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "max_restarts=1" in done.stderr
+    info = inspect(tmp_path)
+    assert info["epochs_completed"] == 3 and info["world_size"] == 2
+
+
+def test_falls_back_to_master_addr_and_port(tmp_path: Path) -> None:
+    env = {
+        "PET_NPROC_PER_NODE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(pick_free_port()),
+    }
+    args = ["2", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"]
+    done = run_entrypoint(args, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"master=127.0.0.1:{env['MASTER_PORT']}" in done.stderr
+    assert inspect(tmp_path)["world_size"] == 2
+
+
+def test_returns_torchruns_exit_code_on_a_bad_argument(tmp_path: Path) -> None:
+    env = {"PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": "127.0.0.1"}
+    env["PET_MASTER_PORT"] = str(pick_free_port())
+    done = run_entrypoint(["--", "10", "0", "--checkpoint-dir", str(tmp_path / "x")], env)
+    assert done.returncode == 1  # torchrun's "child failed" code
+    assert "argument SAVE_EVERY" in done.stdout + done.stderr
+
+
+def test_rejects_a_bad_max_restarts_before_launching() -> None:
+    done = run_entrypoint(["--max-restarts", "many", "--", "10", "5"], {})
+    assert done.returncode == 2
+    assert "--max-restarts must be an integer >= 0, got 'many'" in done.stderr

@@ -1,0 +1,128 @@
+"""Real 2-rank CPU runs of ``torchrun -m trainer``: learning, save schedule, resume after
+SIGKILL and SIGTERM, refusal of a mismatched resume, and an already-complete run."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.conftest import (
+    SAVE_EVERY,
+    TOTAL_EPOCHS,
+    Background,
+    inspect,
+    manifest_epochs,
+    reference_args,
+    run_trainer,
+    wait_until,
+)
+from trainer.cli import parse_config
+from trainer.distributed import DistContext
+from trainer.loop import ResumeRefusedError, _choose
+
+# Each commit takes >= 2 s (the trainer's documented write-delay hook; it changes no result), so
+# after checkpoint 100 appears the run needs >= 4 s more to finish: the signal always lands
+# mid-run, however loaded the machine is.
+SLOW_COMMITS = {"TRAINER_CHECKPOINT_WRITE_DELAY": "2"}
+
+
+def test_the_model_learns(reference_run: Path) -> None:
+    rows = [json.loads(line) for line in (reference_run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == list(range(1, TOTAL_EPOCHS + 1))
+    first, last = rows[0]["loss"], rows[-1]["loss"]
+    assert last < first / 100, f"loss went from {first} to {last}"
+    assert all(row["samples"] == 256 and row["samples_per_s"] > 0 for row in rows)
+
+
+def test_save_schedule_counts_completed_epochs_and_always_saves_the_last(
+    reference_run: Path,
+) -> None:
+    # 250 epochs, save every 100: after 100 and 200 completed epochs, plus the final 250.
+    assert manifest_epochs(reference_run) == [(100, 0), (200, 0), (250, 0)]
+    for epochs in (100, 200, 250):
+        path = reference_run / f"checkpoint-e{epochs:06d}-s000000.pt"
+        assert torch.load(path, weights_only=True)["EPOCHS_RUN"] == epochs
+    # What the tutorial's step 8 reads: the latest checkpoint, with the tutorial's keys.
+    snapshot = torch.load(reference_run / "snapshot.pt", weights_only=True)
+    assert snapshot["EPOCHS_RUN"] == TOTAL_EPOCHS
+    assert set(snapshot["MODEL_STATE"]) == {"weight", "bias"}
+    info = inspect(reference_run)
+    assert info["epochs_completed"] == TOTAL_EPOCHS
+    assert info["world_size"] == 2
+    assert info["path"] == str(reference_run / "checkpoint-e000250-s000000.pt")
+
+
+def test_a_completed_run_exits_zero_without_training(reference_copy: Path) -> None:
+    before = (reference_copy / "manifest.json").read_text()
+    finished = run_trainer(reference_args(reference_copy))
+    assert finished.returncode == 0, finished.output
+    assert "run already complete: 250 of 250 epochs done" in finished.output
+    assert (reference_copy / "manifest.json").read_text() == before
+
+
+def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
+    reference_run: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "ckpt"
+    job = Background(reference_args(directory), tmp_path / "first.log", env=SLOW_COMMITS)
+    wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    job.kill_all()
+    job.wait()
+    killed_at = inspect(directory)["epochs_completed"]
+    assert killed_at < TOTAL_EPOCHS, "the run finished before the kill; the test proved nothing"
+
+    finished = run_trainer(reference_args(directory))
+    assert finished.returncode == 0, finished.output
+    assert f"({killed_at} epochs completed)" in finished.output
+    assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
+    resumed = torch.load(directory / "snapshot.pt", weights_only=True)
+    reference = torch.load(reference_run / "snapshot.pt", weights_only=True)
+    for name, tensor in reference["MODEL_STATE"].items():
+        assert torch.equal(resumed["MODEL_STATE"][name], tensor), name
+    assert torch.equal(
+        resumed["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"],
+        reference["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"],
+    )
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_cleanly(reference_run: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    job = Background(reference_args(directory), tmp_path / "term.log", env=SLOW_COMMITS)
+    wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    job.process.send_signal(signal.SIGTERM)  # what the kubelet does to the container's PID 1
+    finished = job.wait(timeout=60)
+    assert finished.output.count("received SIGTERM: stopping after the current step") == 2
+    assert "[rank 0] INFO exiting with code 0" in finished.output, finished.output
+    assert "[rank 1] INFO exiting with code 0" in finished.output, finished.output
+    stopped = manifest_epochs(directory)[-1]
+    assert (SAVE_EVERY, 0) < stopped < (TOTAL_EPOCHS, 0), "no checkpoint written on SIGTERM"
+    info = inspect(directory)
+    assert (info["epochs_completed"], info["step_in_epoch"]) == stopped
+
+    finished = run_trainer(reference_args(directory))  # the restarted pod, same command
+    assert finished.returncode == 0, finished.output
+    assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
+
+
+def test_a_different_world_size_is_refused_naming_both(reference_copy: Path) -> None:
+    before = (reference_copy / "manifest.json").read_text()
+    finished = run_trainer(reference_args(reference_copy, total=300), nproc=1)
+    assert finished.returncode != 0
+    assert "written with world size 2, but this run has world size 1" in finished.output
+    assert (reference_copy / "manifest.json").read_text() == before
+
+
+def test_a_different_config_is_refused_naming_both(reference_run: Path) -> None:
+    config = parse_config([*reference_args(reference_run), "--seed", "7"])
+    rank0 = DistContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), backend="")
+    with pytest.raises(ResumeRefusedError) as refused:
+        _choose(rank0, config)
+    message = str(refused.value)
+    assert "'seed': 0" in message and "'seed': 7" in message
+    # Extending a finished run (more epochs) is the same config and is accepted.
+    longer = parse_config(reference_args(reference_run, total=400))
+    assert _choose(rank0, longer).epochs_completed == TOTAL_EPOCHS

@@ -1,0 +1,104 @@
+"""Write the Kubernetes objects a stack would apply as YAML, without Pulumi, cluster or Docker.
+
+    python -m tools.render --stack prod --out DIR
+
+Built from the same settings validation and manifest builders as the Pulumi program, so a review
+of the YAML is a review of what `pulumi up` applies. Offline stand-ins:
+* the registry password is always the marker `<redacted>` (whatever the stack file holds), so
+  the Secret's data never carries a real credential;
+* an image the stack builds is shown as its repository with a placeholder digest of 64 zeros
+  (the real digest exists only after the build); a prebuilt `image.ref` is shown as is.
+
+One file per object, `NN-<kind>-<name>.yaml` in apply order, keys in the builders' order (which
+is deterministic), so re-rendering after a change gives a small, readable diff. Files from an
+earlier render that the stack no longer produces are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.manifests import (
+    checkpoint_claim_manifest,
+    pytorchjob_manifest,
+    registry_secret_manifest,
+)
+from components.settings import REDACTED, REPO_ROOT, SettingsError, StackSettings, load_stack_file
+
+PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
+RENDERED_SUFFIX = ".yaml"
+
+
+def image_reference(settings: StackSettings) -> str:
+    if settings.image.build:
+        assert settings.image.repository is not None  # settings validation guarantees it
+        return f"{settings.image.repository}@{PLACEHOLDER_DIGEST}"
+    assert settings.image.ref is not None
+    return settings.image.ref
+
+
+def stack_objects(settings: StackSettings) -> list[dict[str, Any]]:
+    """The objects in the order the program creates them (the job depends on the others)."""
+    objects: list[dict[str, Any]] = []
+    if settings.registry is not None:
+        objects.append(registry_secret_manifest(settings, password=REDACTED))
+    if settings.checkpoints.existing_claim is None:
+        objects.append(checkpoint_claim_manifest(settings))
+    objects.append(pytorchjob_manifest(settings, image=image_reference(settings)))
+    return objects
+
+
+def file_name(position: int, manifest: Mapping[str, Any]) -> str:
+    kind = str(manifest["kind"]).lower()
+    return f"{position:02d}-{kind}-{manifest['metadata']['name']}{RENDERED_SUFFIX}"
+
+
+def to_yaml(manifest: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(manifest), sort_keys=False, default_flow_style=False, width=100)
+
+
+def render(settings: StackSettings, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for position, manifest in enumerate(stack_objects(settings), start=1):
+        path = out / file_name(position, manifest)
+        path.write_text(to_yaml(manifest), encoding="utf-8")
+        written.append(path)
+    for stale in sorted(out.glob(f"[0-9][0-9]-*{RENDERED_SUFFIX}")):
+        if stale not in written:
+            stale.unlink()
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.render",
+        description="Write the manifests a stack would apply, one YAML file per object.",
+    )
+    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--stack-dir",
+        type=Path,
+        default=REPO_ROOT,
+        help="directory holding Pulumi.<stack>.yaml (default: the repository root)",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="directory for the YAML files")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_stack_file(args.stack, args.stack_dir)
+    except SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for path in render(settings, args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""Run a stack's PyTorchJob on this machine: every replica a local process tree, trained for real.
+
+    python -m tools.run_local --stack dev [--checkpoint-root DIR] [--epochs N] [--save-every K]
+                              [--dataset-size N]
+
+The job comes from the same settings validation and the same builder as the Pulumi program
+(`components.settings.load_stack_file`, `components.manifests.pytorchjob_manifest`), so what runs
+here is what the cluster would run: the container's command, args and env, plus the variables the
+training operator injects into each pod (`tools.operator_env`), with OnFailure restarts counted
+against backoffLimit (`tools.supervisor`).
+
+Deliberate local deviations, all printed at start:
+* MASTER_ADDR/PET_MASTER_ADDR are 127.0.0.1 instead of the `<job>-master-0` service, and
+  MASTER_PORT/PET_MASTER_PORT a free local port instead of the container port, so two runs (or a
+  busy 23456) never collide;
+* paths under the image's APP_DIR map to this checkout, the checkpoint claim's mountPath maps to
+  `--checkpoint-root` (default `.checkpoints/<stack>/`);
+* GPUs are used only when the machine has enough for every replica; otherwise the job runs on
+  the CPU (gloo, one process per replica) and says so;
+* resource requests/limits, image pull secrets and /dev/shm sizing have no local meaning.
+
+Each replica's process-group id is written to `<checkpoint-root>/.run_local/<pod>.pid` while it
+runs (it is also its session id), so a test or a user can kill one "pod" on purpose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.manifests import APP_DIR, pytorchjob_manifest
+from components.settings import REPO_ROOT, SettingsError, StackSettings, load_stack_file
+from tools import operator_env
+from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
+
+LOCAL_IMAGE = "local"
+LOCAL_MASTER_ADDR = "127.0.0.1"
+PID_DIR_NAME = ".run_local"
+# The host's own launcher variables would leak into the replicas and confuse torchrun.
+_HOST_DISTRIBUTED_VARS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+)
+_HOST_DISTRIBUTED_PREFIXES = ("PET_", "TORCHELASTIC_")
+
+
+class LocalRunError(ValueError):
+    """The job cannot run locally as declared; the message says why and what to change."""
+
+
+def _positive_int(flag: str) -> Any:
+    def parse(text: str) -> int:
+        if re.fullmatch(r"\s*\+?[0-9]+\s*", text) is None or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{flag} = {text!r}: expected a positive integer")
+        return int(text)
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.run_local",
+        description="Run a stack's PyTorchJob on this machine, one local process tree per pod.",
+    )
+    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--stack-dir",
+        type=Path,
+        default=REPO_ROOT,
+        help="directory holding Pulumi.<stack>.yaml (default: the repository root)",
+    )
+    parser.add_argument(
+        "--checkpoint-root",
+        type=Path,
+        help="local directory standing in for the checkpoint claim (default .checkpoints/<stack>)",
+    )
+    parser.add_argument("--epochs", type=_positive_int("--epochs"), help="override job.totalEpochs")
+    parser.add_argument(
+        "--save-every", type=_positive_int("--save-every"), help="override job.saveEvery"
+    )
+    parser.add_argument(
+        "--dataset-size", type=_positive_int("--dataset-size"), help="override job.datasetSize"
+    )
+    return parser.parse_args(argv)
+
+
+def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackSettings:
+    job = settings.job
+    changes: dict[str, int] = {}
+    if args.epochs is not None:
+        changes["total_epochs"] = args.epochs
+    if args.save_every is not None:
+        changes["save_every"] = args.save_every
+    if args.dataset_size is not None:
+        changes["dataset_size"] = args.dataset_size
+    job = dataclasses.replace(job, **changes)
+    if job.save_every > job.total_epochs:
+        raise LocalRunError(
+            f"save every {job.save_every} epochs (--save-every or job.saveEvery) is more than "
+            f"the {job.total_epochs} epochs to train (--epochs or job.totalEpochs): no checkpoint "
+            "would ever be saved; pass a --save-every of at most the epoch count"
+        )
+    return dataclasses.replace(settings, job=job)
+
+
+def choose_devices(settings: StackSettings) -> tuple[StackSettings, list[str], str | None]:
+    """GPUs only when there are enough for every replica: (settings, per-replica
+    CUDA_VISIBLE_DEVICES, notice)."""
+    job = settings.job
+    if job.gpus_per_node == 0:
+        return settings, [""] * job.nodes, None
+    import torch  # only paid for when the stack asks for GPUs
+
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    needed = job.gpus_per_node * job.nodes
+    if available >= needed:
+        per = job.gpus_per_node
+        slices = [",".join(str(d) for d in range(r * per, (r + 1) * per)) for r in range(job.nodes)]
+        return settings, slices, None
+    notice = (
+        f"NOTICE: the stack asks for {job.gpus_per_node} GPU(s) on each of {job.nodes} replicas "
+        f"({needed} in all) but this machine has {available}; running on the CPU instead "
+        "(gloo backend, one process per replica)."
+    )
+    cpu_job = dataclasses.replace(job, gpus_per_node=0)
+    return dataclasses.replace(settings, job=cpu_job), [""] * job.nodes, notice
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCAL_MASTER_ADDR, 0))
+        return int(sock.getsockname()[1])
+
+
+class PathMapper:
+    """Container paths to local ones: the image's APP_DIR is this checkout, each claim mount
+    is the local checkpoint root."""
+
+    def __init__(self, mounts: Mapping[str, Path]) -> None:
+        # Longest prefix first, so nested mounts resolve to the most specific one.
+        self._mounts = sorted(mounts.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def __call__(self, value: str) -> str:
+        for prefix, local in self._mounts:
+            if value == prefix or value.startswith(prefix + "/"):
+                return str(local) + value[len(prefix) :]
+        return value
+
+
+def _pod_template(job: Mapping[str, Any], replica_type: str) -> Mapping[str, Any]:
+    return job["spec"]["pytorchReplicaSpecs"][replica_type]["template"]
+
+
+def _container(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    for container in template["spec"]["containers"]:
+        if container["name"] == operator_env.DEFAULT_CONTAINER_NAME:
+            return container
+    name = operator_env.DEFAULT_CONTAINER_NAME
+    raise LocalRunError(f"the pod template has no {name!r} container")
+
+
+def path_mapper(template: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> PathMapper:
+    claims = {
+        volume["name"]
+        for volume in template["spec"].get("volumes", [])
+        if "persistentVolumeClaim" in volume
+    }
+    mounts: dict[str, Path] = {APP_DIR: repo_root}
+    for mount in _container(template).get("volumeMounts", []):
+        if mount["name"] in claims:
+            mounts[mount["mountPath"]] = checkpoint_root
+    return PathMapper(mounts)
+
+
+def host_environment() -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _HOST_DISTRIBUTED_VARS and not key.startswith(_HOST_DISTRIBUTED_PREFIXES)
+    }
+    # entrypoint.sh runs `torchrun`: the one next to this interpreter (the project's venv).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def container_env(
+    container: Mapping[str, Any], *, pod: str, namespace: str, mapper: PathMapper
+) -> tuple[dict[str, str], list[str]]:
+    """The container's own env (values mapped to local paths), and notices for what we skip."""
+    env: dict[str, str] = {}
+    notices: list[str] = []
+    field_values = {"metadata.name": pod, "metadata.namespace": namespace}
+    for entry in container.get("env", []):
+        name = entry["name"]
+        if "value" in entry:
+            env[name] = mapper(str(entry["value"]))
+            continue
+        field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if field_path in field_values:
+            env[name] = field_values[field_path]
+        else:
+            notices.append(f"env {name} comes from {entry.get('valueFrom')}: not set locally")
+    return env, notices
+
+
+def replica_commands(
+    job: Mapping[str, Any],
+    *,
+    namespace: str,
+    checkpoint_root: Path,
+    repo_root: Path,
+    master_port: int,
+    visible_devices: Sequence[str],
+) -> tuple[list[ReplicaCommand], list[str]]:
+    commands: list[ReplicaCommand] = []
+    notices: list[str] = []
+    base = host_environment()
+    for slot, (replica_type, index) in enumerate(operator_env.replica_pods(job)):
+        pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
+        template = _pod_template(job, replica_type)
+        container = _container(template)
+        mapper = path_mapper(template, checkpoint_root, repo_root)
+        own_env, skipped = container_env(container, pod=pod, namespace=namespace, mapper=mapper)
+        notices += skipped
+        injected = operator_env.injected_env(job, replica_type, index)
+        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+            injected[key] = LOCAL_MASTER_ADDR
+        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+            injected[key] = str(master_port)
+        env = {
+            **base,
+            "HOSTNAME": pod,
+            "CUDA_VISIBLE_DEVICES": visible_devices[slot],
+            **own_env,
+            **injected,  # the operator's entries come after the container's: they win
+        }
+        argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
+        cwd = Path(mapper(container.get("workingDir", APP_DIR)))
+        restart_policy = job["spec"]["pytorchReplicaSpecs"][replica_type].get(
+            "restartPolicy", "OnFailure"
+        )
+        commands.append(
+            ReplicaCommand(name=pod, argv=argv, env=env, cwd=cwd, restart_policy=restart_policy)
+        )
+    return commands, notices
+
+
+def job_policy(job: Mapping[str, Any]) -> JobPolicy:
+    run_policy = job["spec"].get("runPolicy", {})
+    master = _pod_template(job, operator_env.MASTER)
+    grace = float(master["spec"].get("terminationGracePeriodSeconds", 30))
+    deadline = run_policy.get("activeDeadlineSeconds")
+    return JobPolicy(
+        success_replica=operator_env.pod_name(job["metadata"]["name"], operator_env.MASTER, 0),
+        backoff_limit=run_policy.get("backoffLimit"),
+        grace_seconds=grace,
+        active_deadline_seconds=float(deadline) if deadline is not None else None,
+        restart_delay_seconds=2.0,
+        max_restart_delay_seconds=30.0,
+    )
+
+
+def checkpoint_summary(checkpoint_dir: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """What the trainer's own inspector says about the checkpoint; None when there is none."""
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.checkpoint", str(checkpoint_dir)],
+        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if result.returncode != 0:
+        return None
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return None
+
+
+def print_summary(
+    outcome: JobOutcome, settings: StackSettings, checkpoint_dir: Path, env: Mapping[str, str]
+) -> None:
+    info = checkpoint_summary(checkpoint_dir, env)
+    epochs = (
+        f"{info['epochs_completed']} of {settings.job.total_epochs}"
+        if info is not None
+        else f"none (no usable checkpoint in {checkpoint_dir})"
+    )
+    restarts = ", ".join(f"{pod} {count}" for pod, count in outcome.restarts.items())
+    lines = [
+        "",
+        f"job {settings.job.name}: {outcome.status} ({outcome.reason})",
+        f"  epochs completed: {epochs}",
+        f"  checkpoint:       {checkpoint_dir}",
+        f"  restarts:         {restarts}",
+        f"  wall time:        {outcome.wall_seconds:.1f}s",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    repo_root = REPO_ROOT
+    try:
+        settings = apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
+        settings, visible_devices, device_notice = choose_devices(settings)
+    except (SettingsError, LocalRunError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    checkpoint_root = (args.checkpoint_root or repo_root / ".checkpoints" / args.stack).resolve()
+    checkpoint_root.mkdir(parents=True, exist_ok=True)
+    job = pytorchjob_manifest(settings, image=LOCAL_IMAGE)
+    commands, notices = replica_commands(
+        job,
+        namespace=settings.namespace,
+        checkpoint_root=checkpoint_root,
+        repo_root=repo_root,
+        master_port=free_port(),
+        visible_devices=visible_devices,
+    )
+    checkpoint_dir = Path(
+        PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
+    )
+    supervisor = Supervisor(commands, job_policy(job), pid_dir=checkpoint_root / PID_DIR_NAME)
+    for notice in [device_notice, *notices]:
+        if notice:
+            supervisor.say(notice)
+    supervisor.say(
+        f"stack {args.stack}: PyTorchJob {settings.job.name}, "
+        f"{len(commands)} replica(s) ({', '.join(c.name for c in commands)}), "
+        f"nprocPerNode {job['spec']['nprocPerNode']}, "
+        f"rendezvous {LOCAL_MASTER_ADDR}:{commands[0].env['MASTER_PORT']} (local stand-in for "
+        f"{operator_env.pod_name(settings.job.name, operator_env.MASTER, 0)}:"
+        f"{operator_env.master_port(job)}), checkpoints in {checkpoint_dir}"
+    )
+    outcome = supervisor.run()
+    print_summary(outcome, settings, checkpoint_dir, commands[0].env)
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

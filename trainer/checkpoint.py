@@ -1,0 +1,514 @@
+"""Checkpoint storage: atomic writes in the background, a manifest with checksums, keep-K
+retention, and verification with fallback to the previous checkpoint.
+
+Layout of a checkpoint directory::
+
+    checkpoint-e000025-s000000.pt   one file per checkpoint (epochs completed, step in epoch)
+    manifest.json                   committed checkpoints, oldest first, with sha256 and size
+    snapshot.pt                     the latest committed checkpoint (hard link, or copy)
+    metrics.jsonl                   one JSON line per epoch (written by trainer.metrics)
+
+The manifest is the commit point: a checkpoint file that is not listed there (a write that was
+killed) is never used. Run ``python -m trainer.checkpoint DIR`` to see what a resume would use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SNAPSHOT_NAME = "snapshot.pt"
+# Test and debugging hook: seconds the writer pauses after the bytes are in the temporary file
+# and before fsync + rename, so a kill can land while a write is in flight.
+WRITE_DELAY_ENV = "TRAINER_CHECKPOINT_WRITE_DELAY"
+REQUIRED_KEYS = ("FORMAT_VERSION", "MODEL_STATE", "EPOCHS_RUN", "WORLD_SIZE", "CONFIG_FINGERPRINT")
+
+LOG = logging.getLogger("trainer")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory or file cannot be used."""
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    file: str
+    sha256: str
+    size: int
+    epochs_completed: int
+    step_in_epoch: int
+    world_size: int
+    fingerprint: str
+    format_version: int = FORMAT_VERSION
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CheckpointEntry:
+        return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+
+
+def checkpoint_name(epochs_completed: int, step_in_epoch: int) -> str:
+    return f"checkpoint-e{epochs_completed:06d}-s{step_in_epoch:06d}.pt"
+
+
+def model_sha256(state: Mapping[str, torch.Tensor]) -> str:
+    """Equal exactly when names, dtypes, shapes and every bit of the weights are equal."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        # The numpy view is hashed in place: no copy, and hashlib releases the GIL meanwhile.
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
+    """A private CPU copy, so training can keep mutating its tensors while a thread writes.
+
+    ``reuse`` is the previous copy (already committed): tensors of the same shape and dtype are
+    copied into it instead of freshly allocated, which avoids page-faulting a large new buffer
+    on every checkpoint and keeps the training loop's stall to a memcpy. ``shared`` allocates
+    new buffers in shared memory, so a writer process can read them without another copy."""
+    if isinstance(value, torch.Tensor):
+        source = value.detach()
+        if (
+            isinstance(reuse, torch.Tensor)
+            and reuse.shape == source.shape
+            and reuse.dtype == source.dtype
+            and reuse.device.type == "cpu"
+        ):
+            return reuse.copy_(source)
+        if not shared:
+            return source.to("cpu", copy=True)
+        fresh = torch.empty(source.shape, dtype=source.dtype, device="cpu").share_memory_()
+        return fresh.copy_(source)
+    if isinstance(value, dict):
+        old = reuse if isinstance(reuse, dict) else {}
+        return {key: copy_to_cpu(item, old.get(key), shared=shared) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        old_items = list(reuse) if isinstance(reuse, list | tuple) else []
+        old_items += [None] * (len(value) - len(old_items))
+        copied = [
+            copy_to_cpu(item, old, shared=shared)
+            for item, old in zip(value, old_items, strict=False)
+        ]
+        return copied if isinstance(value, list) else tuple(copied)
+    return value
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _HashingWriter:
+    """File wrapper that hashes bytes on their way to disk, saving a second read of the file."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self._raw.write(data)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+def _write_bytes_atomically(target: Path, write: Callable[[Any], None], delay_s: float) -> None:
+    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        with temporary.open("wb") as raw:
+            write(raw)
+            raw.flush()
+            if delay_s > 0:
+                time.sleep(delay_s)
+            os.fsync(raw.fileno())
+        temporary.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    _fsync_dir(target.parent)
+
+
+def read_manifest(directory: Path) -> list[CheckpointEntry]:
+    path = directory / MANIFEST_NAME
+    if not path.exists():
+        return []
+    try:
+        raw = json.loads(path.read_text())
+        return [CheckpointEntry.from_json(item) for item in raw["checkpoints"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"manifest {path} is unreadable: {error}") from error
+
+
+def _write_manifest(directory: Path, entries: Sequence[CheckpointEntry]) -> None:
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "checkpoints": [asdict(entry) for entry in entries],
+    }
+    encoded = (json.dumps(payload, indent=2) + "\n").encode()
+    _write_bytes_atomically(directory / MANIFEST_NAME, lambda raw: raw.write(encoded), 0.0)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    # weights_only: a checkpoint holds tensors and plain containers only, so loading it never
+    # runs code from the (shared, writable) volume.
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} does not hold a checkpoint dictionary")
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise CheckpointError(f"{path} lacks {', '.join(missing)}")
+    return state
+
+
+def verify(directory: Path, entry: CheckpointEntry) -> dict[str, Any]:
+    """The loaded checkpoint, or CheckpointError saying why this entry cannot be used."""
+    path = directory / entry.file
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing")
+    size = path.stat().st_size
+    if size != entry.size:
+        raise CheckpointError(f"{path} has {size} bytes, manifest says {entry.size} (truncated?)")
+    if _file_sha256(path) != entry.sha256:
+        raise CheckpointError(f"{path} fails its sha256 check (corrupted)")
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"{path} cannot be loaded: {error}") from error
+    if state["FORMAT_VERSION"] > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format version {state['FORMAT_VERSION']}, this trainer reads "
+            f"up to {FORMAT_VERSION}"
+        )
+    return state
+
+
+@dataclass(frozen=True)
+class Resumable:
+    entry: CheckpointEntry
+    path: Path
+    state: dict[str, Any]
+    skipped: tuple[str, ...]  # why newer checkpoints were passed over
+
+
+def find_resumable(directory: Path) -> Resumable | None:
+    """Newest checkpoint that verifies; None when nothing was ever committed. Raises
+    CheckpointError when checkpoints exist but none is usable, rather than silently starting
+    over and later deleting them."""
+    entries = read_manifest(directory)
+    skipped: list[str] = []
+    for entry in reversed(entries):
+        try:
+            state = verify(directory, entry)
+        except CheckpointError as error:
+            skipped.append(str(error))
+            LOG.warning("checkpoint unusable, falling back to the previous one: %s", error)
+            continue
+        return Resumable(entry, directory / entry.file, state, tuple(skipped))
+    if entries:
+        raise CheckpointError(
+            f"no usable checkpoint in {directory}: " + "; ".join(skipped) + ". Move the "
+            "directory aside (or pass another --checkpoint-dir) to start from scratch."
+        )
+    return None
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Temp files left by a killed write are garbage by construction (never in the manifest)."""
+    for stale in directory.glob(".*.tmp-*"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def _share(value: Any) -> None:
+    """Move every tensor of a snapshot into shared memory (a no-op once it is there)."""
+    if isinstance(value, torch.Tensor):
+        value.share_memory_()
+    elif isinstance(value, dict):
+        for item in value.values():
+            _share(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _share(item)
+
+
+def _writer_process_main(conn: Any, directory: str, keep: int, delay_s: float) -> None:
+    """Commits snapshots sent by the trainer. A separate process, because torch.save holds the
+    GIL while it writes: on a thread it would stall the training loop almost as much as a
+    synchronous save. It ignores SIGINT/SIGTERM (the trainer decides when to stop) and exits
+    when the trainer closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The manifest's sha256 already guards every byte; skipping the zip's CRC32 saves a pass
+    # over the data on a CPU the training loop may need.
+    torch.serialization.set_crc32_options(False)
+    committer = CheckpointManager(Path(directory), keep, background=False, write_delay_s=delay_s)
+    while True:
+        try:
+            state, epochs, step = conn.recv()
+        except EOFError:
+            return
+        try:
+            entry = committer.commit(state, epochs, step)
+            conn.send(("ok", asdict(entry)))
+        except Exception as error:
+            conn.send(("error", f"{type(error).__name__}: {error}"))
+        del state
+
+
+class CheckpointManager:
+    """Writes checkpoints for rank 0. ``save`` copies the state into a CPU staging copy (the
+    only part the training loop waits for) and a writer process commits it; at most one write
+    is in flight, and ``wait`` blocks until it is committed (on SIGTERM and at the end of
+    training). Where shared memory is unavailable it falls back to a writer thread."""
+
+    def __init__(
+        self, directory: Path, keep: int, *, background: bool = True, write_delay_s: float = 0.0
+    ) -> None:
+        if keep < 2:
+            raise ValueError(f"keep must be >= 2 so a fallback exists, got {keep}")
+        self.directory = directory
+        self.keep = keep
+        self.background = background
+        self.write_delay_s = write_delay_s
+        self._use_process = background
+        self._process: Any = None
+        self._conn: Any = None
+        self._pending = False
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._staging: dict[str, Any] | None = None  # the last committed copy, reused
+        self.last_committed: CheckpointEntry | None = None
+
+    def save(
+        self,
+        state: Mapping[str, Any],
+        *,
+        epochs_completed: int,
+        step_in_epoch: int,
+        final: bool = False,
+    ) -> None:
+        """``final``: nothing trains after this save (end of training, SIGTERM), so it is
+        committed right here; a writer process would only add its start-up time."""
+        self.wait()  # the previous write is committed, so its buffers are free to reuse
+        if final:
+            entry = self.commit(copy_to_cpu(dict(state)), epochs_completed, step_in_epoch)
+            self._committed(entry)
+            return
+        try:
+            snapshot = copy_to_cpu(dict(state), self._staging, shared=self._use_process)
+        except (OSError, RuntimeError) as error:  # e.g. a tiny /dev/shm in a bare container
+            LOG.warning("no shared memory for checkpoints (%s): writing from a thread", error)
+            self._use_process = False
+            snapshot = copy_to_cpu(dict(state), self._staging)
+        self._staging = snapshot
+        if not self.background:
+            self._committed(self.commit(snapshot, epochs_completed, step_in_epoch))
+            return
+        if self._use_process:
+            try:
+                _share(snapshot)
+                self._send(snapshot, epochs_completed, step_in_epoch)
+                return
+            except (OSError, RuntimeError) as error:
+                LOG.warning("checkpoint writer process unavailable (%s): using a thread", error)
+                self._use_process = False
+        self._thread = threading.Thread(
+            target=self._commit_in_thread,
+            args=(snapshot, epochs_completed, step_in_epoch),
+            name="checkpoint-writer",
+        )
+        self._thread.start()
+
+    def _start_writer(self) -> None:
+        if self._conn is None:
+            context = torch.multiprocessing.get_context("spawn")
+            self._conn, child = context.Pipe()
+            self._process = context.Process(
+                target=_writer_process_main,
+                args=(child, str(self.directory), self.keep, self.write_delay_s),
+                name="checkpoint-writer",
+                daemon=True,
+            )
+            self._process.start()
+            child.close()
+
+    def _send(self, snapshot: dict[str, Any], epochs: int, step: int) -> None:
+        self._start_writer()
+        self._conn.send((snapshot, epochs, step))
+        self._pending = True
+
+    def in_flight(self) -> bool:
+        if self._pending:
+            return not self._conn.poll()
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._pending:
+            self._pending = False
+            try:
+                status, payload = self._conn.recv()
+            except EOFError:
+                status, payload = "error", "the checkpoint writer process died"
+            if status == "ok":
+                self._committed(CheckpointEntry.from_json(payload))
+            else:
+                self._error = CheckpointError(payload)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CheckpointError(f"checkpoint write failed: {error}") from error
+
+    def close(self) -> None:
+        """Wait for the write in flight, then let the writer process exit."""
+        try:
+            self.wait()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._process.join(timeout=60)
+                self._conn = self._process = None
+
+    def _committed(self, entry: CheckpointEntry) -> None:
+        self.last_committed = entry
+        LOG.info("checkpoint committed: %s (%d bytes)", self.directory / entry.file, entry.size)
+
+    def _commit_in_thread(self, state: dict[str, Any], epochs: int, step: int) -> None:
+        try:
+            self._committed(self.commit(state, epochs, step))
+        except BaseException as error:
+            self._error = error
+
+    def commit(self, state: dict[str, Any], epochs: int, step: int) -> CheckpointEntry:
+        """Write, verify-able and atomically: file, then manifest (the commit), then snapshot
+        link, then retention. Safe to kill at any point."""
+        name = checkpoint_name(epochs, step)
+        target = self.directory / name
+        writer_holder: list[_HashingWriter] = []
+
+        def write(raw: Any) -> None:
+            writer = _HashingWriter(raw)
+            writer_holder.append(writer)
+            torch.save(state, writer)
+
+        _write_bytes_atomically(target, write, self.write_delay_s)
+        writer = writer_holder[0]
+        entry = CheckpointEntry(
+            file=name,
+            sha256=writer.digest.hexdigest(),
+            size=writer.size,
+            epochs_completed=epochs,
+            step_in_epoch=step,
+            world_size=int(state["WORLD_SIZE"]),
+            fingerprint=str(state["CONFIG_FINGERPRINT"]),
+        )
+        previous = [item for item in read_manifest(self.directory) if item.file != name]
+        kept = [*previous, entry][-self.keep :]
+        _write_manifest(self.directory, kept)  # the commit point
+        self._point_snapshot_at(target)
+        kept_files = {item.file for item in kept}
+        for old in previous:
+            if old.file not in kept_files:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.directory / old.file).unlink()
+        return entry
+
+    def _point_snapshot_at(self, target: Path) -> None:
+        """Keep DIR/snapshot.pt (what the tutorial reads) equal to the newest checkpoint. A hard
+        link costs no I/O; filesystems without links get an atomic copy instead."""
+        snapshot = self.directory / SNAPSHOT_NAME
+        temporary = self.directory / f".{SNAPSHOT_NAME}.tmp-{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        try:
+            os.link(target, temporary)
+        except OSError:
+            shutil.copyfile(target, temporary)
+            with temporary.open("rb+") as handle:
+                os.fsync(handle.fileno())
+        temporary.replace(snapshot)
+        _fsync_dir(self.directory)
+
+
+def describe(directory: Path) -> dict[str, Any]:
+    """What ``python -m trainer.checkpoint DIR`` prints."""
+    if not directory.exists():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a directory")
+    found = find_resumable(directory)
+    if found is None:
+        raise CheckpointError(f"no committed checkpoint in {directory} (no {MANIFEST_NAME})")
+    state = found.state
+    return {
+        "path": str(found.path),
+        "epochs_completed": int(state["EPOCHS_RUN"]),
+        "step_in_epoch": found.entry.step_in_epoch,
+        "world_size": int(state["WORLD_SIZE"]),
+        "model_sha256": model_sha256(state["MODEL_STATE"]),
+        "sha256": found.entry.sha256,
+        "size": found.entry.size,
+        "config": state.get("CONFIG"),
+        "config_fingerprint": state["CONFIG_FINGERPRINT"],
+        "format_version": int(state["FORMAT_VERSION"]),
+        "skipped": list(found.skipped),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.checkpoint",
+        description="Print, as JSON, the checkpoint a resume from DIR would use.",
+    )
+    parser.add_argument("directory", metavar="DIR", type=Path, help="checkpoint directory")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="warning: %(message)s")
+    try:
+        info = describe(args.directory)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(info, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Process-group lifetime: pick device/backend from what the machine has, initialise with a
+bounded timeout, and tear down with a barrier so no rank leaves while another still talks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+LOG = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def select_device(local_rank: int) -> tuple[torch.device, str]:
+    """CUDA + NCCL when this process can see a GPU, otherwise CPU + gloo."""
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def configure_logging(rank: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stdout,
+        format=f"%(asctime)s [rank {rank}] %(levelname)s %(message)s",
+        force=True,
+    )
+
+
+def init_distributed(timeout_s: float) -> DistContext:
+    """Join the process group torchrun describes in the environment (a single process when run
+    without torchrun, which keeps `python -m trainer` usable for quick local checks)."""
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device, backend = select_device(local_rank)
+    # Without torchrun there is nobody to rendezvous with: an in-memory store avoids a port.
+    store = dist.HashStore() if "MASTER_ADDR" not in os.environ and world_size == 1 else None
+    dist.init_process_group(
+        backend=backend,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    return DistContext(rank, world_size, local_rank, device, backend)
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.device.type == "cuda":
+        dist.barrier(device_ids=[ctx.device.index])
+    else:
+        dist.barrier()
+
+
+def shutdown(ctx: DistContext) -> None:
+    """Barrier first so a fast rank cannot tear down the group while others still use it."""
+    if not dist.is_initialized():
+        return
+    try:
+        barrier(ctx)
+    finally:
+        dist.destroy_process_group()
+
+
+def broadcast_object(ctx: DistContext, value: object) -> object:
+    """Rank 0's value on every rank (any picklable object)."""
+    holder = [value if ctx.is_main else None]
+    dist.broadcast_object_list(holder, src=0, device=ctx.device)
+    return holder[0]
+
+
+def all_gather_object(ctx: DistContext, value: object) -> list[object]:
+    gathered: list[object] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Launches the trainer under torchrun inside a training pod; replaces the tutorial's run.sh.
+#
+# Usage: entrypoint.sh [--max-restarts N] [--] TRAINER_ARGS...
+#
+# The rendezvous is passed to torchrun explicitly from what the Kubeflow training operator
+# injects: PET_MASTER_ADDR/PET_MASTER_PORT (older operators set only MASTER_ADDR/MASTER_PORT,
+# which torchrun itself ignores), PET_NNODES, PET_NODE_RANK and PET_NPROC_PER_NODE.
+# torchrun is exec'd so it receives the pod's SIGTERM directly and its exit code is ours.
+set -euo pipefail
+
+die() {
+  echo "entrypoint.sh: $*" >&2
+  exit 2
+}
+
+max_restarts=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --max-restarts)
+      [[ $# -ge 2 ]] || die "--max-restarts needs a value (an integer >= 0)"
+      max_restarts=$2
+      shift 2
+      ;;
+    --max-restarts=*)
+      max_restarts=${1#*=}
+      shift
+      ;;
+    --)
+      shift
+      break
+      ;;
+    *)
+      break
+      ;;
+  esac
+done
+[[ $max_restarts =~ ^[0-9]+$ ]] || die "--max-restarts must be an integer >= 0, got '$max_restarts'"
+
+# The directory holding the `trainer` package: /opt/pytorch-distributed in the image, the
+# repository root in a checkout.
+app_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PYTHONPATH="${app_dir}${PYTHONPATH:+:${PYTHONPATH}}"
+
+nnodes=${PET_NNODES:-1}
+node_rank=${PET_NODE_RANK:-0}
+nproc_per_node=${PET_NPROC_PER_NODE:-1}
+master_addr=${PET_MASTER_ADDR:-${MASTER_ADDR:-}}
+master_port=${PET_MASTER_PORT:-${MASTER_PORT:-}}
+if [[ -z $master_addr || -z $master_port ]]; then
+  [[ $nnodes == 1 ]] || die "PET_MASTER_ADDR/PET_MASTER_PORT (or MASTER_ADDR/MASTER_PORT) must" \
+    "be set when PET_NNODES is $nnodes"
+  master_addr=${master_addr:-127.0.0.1}
+  master_port=${master_port:-29500}
+fi
+
+echo "entrypoint.sh: torchrun nnodes=$nnodes node_rank=$node_rank nproc_per_node=$nproc_per_node" \
+  "master=$master_addr:$master_port max_restarts=$max_restarts" >&2
+exec "${TORCHRUN:-torchrun}" \
+  --nnodes "$nnodes" \
+  --node-rank "$node_rank" \
+  --nproc-per-node "$nproc_per_node" \
+  --master-addr "$master_addr" \
+  --master-port "$master_port" \
+  --max-restarts "$max_restarts" \
+  -m trainer "$@"

@@ -1,0 +1,346 @@
+"""The training loop: resume from the point rank 0 chose, train with DDP, checkpoint on
+schedule / on SIGTERM / at the end, and shut the process group down cleanly.
+
+Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
+rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
+rank, so a restart with the same world size gives every rank back its own RNG stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer.checkpoint import (
+    FORMAT_VERSION,
+    WRITE_DELAY_ENV,
+    CheckpointError,
+    CheckpointManager,
+    find_resumable,
+    load_checkpoint,
+    remove_stale_temporaries,
+)
+from trainer.cli import TrainConfig, parse_config
+from trainer.data import ShardedBatches
+from trainer.distributed import (
+    DistContext,
+    all_gather_object,
+    broadcast_object,
+    configure_logging,
+    init_distributed,
+    shutdown,
+)
+from trainer.metrics import MetricsLog
+from trainer.task import Task, TaskContext, build_task
+
+LOG = logging.getLogger("trainer")
+
+
+class ResumeRefusedError(RuntimeError):
+    """The checkpoint directory belongs to a different run (world size, config, format)."""
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    path: str | None
+    epochs_completed: int
+    step_in_epoch: int
+
+
+class StopAgreement:
+    """SIGTERM/SIGINT set a local flag; ranks agree on it with a MAX all-reduce so every rank
+    stops after the same step. The all-reduce is launched asynchronously every
+    ``check_every`` steps and read at the next check, so it overlaps training and costs a
+    fraction of a collective per step; a stop therefore lands within 2 x check_every steps."""
+
+    def __init__(self, ctx: DistContext, check_every: int = 8) -> None:
+        self._device = ctx.device
+        self._check_every = check_every
+        self._steps = 0
+        self.requested = False
+        self._pending: tuple[Any, torch.Tensor] | None = None
+
+    def install(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if not self.requested:
+            LOG.warning("received %s: stopping after the current step", signal.Signals(signum).name)
+        self.requested = True
+
+    def at_step(self) -> bool:
+        """Call before every step on every rank; True means: stop now (same on all ranks)."""
+        self._steps += 1
+        if self._steps % self._check_every:
+            return False
+        agreed = self.drain()
+        flag = torch.tensor([int(self.requested)], dtype=torch.int32, device=self._device)
+        self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True), flag)
+        return agreed
+
+    def drain(self) -> bool:
+        """The answer of the all-reduce in flight (False if none); every rank calls it at the
+        same points (a check, the end of an epoch), so every rank reads the same answer."""
+        if self._pending is None:
+            return False
+        work, flag = self._pending
+        self._pending = None
+        work.wait()
+        return bool(flag.item())
+
+
+def capture_rng() -> dict[str, Any]:
+    """Every RNG a user's task might draw from, as plain types (loadable with weights_only)."""
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy": [
+            np_kind,
+            torch.from_numpy(np_keys.astype(np.int64)),
+            np_pos,
+            np_has_gauss,
+            np_gauss,
+        ],
+        "python": [py_version, list(py_state), py_gauss],
+    }
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, py_state, gauss_py = state["python"]
+    random.setstate((version, tuple(py_state), gauss_py))
+
+
+def decide_resume(ctx: DistContext, config: TrainConfig) -> ResumePoint:
+    """Rank 0 decides, everyone follows: ranks never disagree about whether/where to resume."""
+    decision: dict[str, Any] = {}
+    if ctx.is_main:
+        try:
+            decision = {"point": _choose(ctx, config)}
+        except (CheckpointError, ResumeRefusedError, OSError) as error:
+            decision = {"error": f"{type(error).__name__}: {error}"}
+    decision = broadcast_object(ctx, decision)  # type: ignore[assignment]
+    if "error" in decision:
+        raise ResumeRefusedError(decision["error"])
+    return decision["point"]
+
+
+def _choose(ctx: DistContext, config: TrainConfig) -> ResumePoint:
+    directory = config.checkpoint_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(directory)
+    found = find_resumable(directory)
+    if found is None:
+        LOG.info("no checkpoint in %s: starting from scratch", directory)
+        return ResumePoint(None, 0, 0)
+    if found.skipped:
+        LOG.warning(
+            "resuming from %s, an OLDER checkpoint, because: %s",
+            found.path,
+            "; ".join(found.skipped),
+        )
+    saved_world = int(found.state["WORLD_SIZE"])
+    if saved_world != ctx.world_size:
+        raise ResumeRefusedError(
+            f"checkpoint {found.path} was written with world size {saved_world}, but this run has "
+            f"world size {ctx.world_size}; resume with {saved_world} processes in total "
+            f"(nnodes x nproc-per-node) or use a new --checkpoint-dir"
+        )
+    if found.state["CONFIG_FINGERPRINT"] != config.fingerprint():
+        raise ResumeRefusedError(
+            f"checkpoint {found.path} was written with config {found.state.get('CONFIG')} "
+            f"(fingerprint {found.state['CONFIG_FINGERPRINT']}), but this run has config "
+            f"{config.semantic_config()} (fingerprint {config.fingerprint()}); use the same "
+            f"--task/--batch_size/--dataset-size/--seed or a new --checkpoint-dir"
+        )
+    LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
+    return ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
+
+
+@dataclass
+class Trainer:
+    config: TrainConfig
+    ctx: DistContext
+    task: Task
+    model: DistributedDataParallel
+    data: ShardedBatches
+    manager: CheckpointManager | None  # rank 0 only
+
+    @classmethod
+    def build(cls, config: TrainConfig, ctx: DistContext) -> Trainer:
+        task = build_task(config.task, TaskContext(config.seed, config.dataset_size, ctx.device))
+        inputs = task.inputs.to(ctx.device)
+        targets = task.targets.to(ctx.device)
+        data = ShardedBatches(
+            inputs, targets, config.batch_size, config.seed, ctx.rank, ctx.world_size
+        )
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        model = DistributedDataParallel(task.model, device_ids=device_ids)
+        manager = None
+        if ctx.is_main:
+            delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
+            manager = CheckpointManager(config.checkpoint_dir, config.keep, write_delay_s=delay)
+        return cls(config, ctx, task, model, data, manager)
+
+    def load(self, point: ResumePoint) -> tuple[float, int]:
+        """Restore from the exact file rank 0 chose; returns this rank's partial epoch loss."""
+        assert point.path is not None
+        state = load_checkpoint(Path(point.path))
+        self.task.model.load_state_dict(state["MODEL_STATE"])
+        self.task.optimizer.load_state_dict(state["OPTIMIZER_STATE"])
+        if self.task.scheduler is not None and state["SCHEDULER_STATE"] is not None:
+            self.task.scheduler.load_state_dict(state["SCHEDULER_STATE"])
+        mine = state["PER_RANK"][self.ctx.rank]
+        restore_rng(mine["rng"])
+        return float(mine["loss_sum"]), int(mine["samples"])
+
+    def checkpoint(
+        self, epochs: int, step: int, loss_sum: torch.Tensor, samples: int, *, final: bool
+    ) -> None:
+        """Collective (every rank calls it); rank 0 hands the state to the background writer."""
+        mine = {"rng": capture_rng(), "loss_sum": float(loss_sum.item()), "samples": samples}
+        per_rank = all_gather_object(self.ctx, mine)
+        if self.manager is None:
+            return
+        scheduler = self.task.scheduler
+        state = {
+            "FORMAT_VERSION": FORMAT_VERSION,
+            "MODEL_STATE": self.task.model.state_dict(),
+            "EPOCHS_RUN": epochs,
+            "OPTIMIZER_STATE": self.task.optimizer.state_dict(),
+            "SCHEDULER_STATE": scheduler.state_dict() if scheduler is not None else None,
+            "PER_RANK": per_rank,
+            "DATA_STATE": {
+                "seed": self.config.seed,
+                "epoch": epochs,
+                "step_in_epoch": step,
+                "steps_per_epoch": self.data.steps_per_epoch(),
+            },
+            "WORLD_SIZE": self.ctx.world_size,
+            "CONFIG": self.config.semantic_config(),
+            "CONFIG_FINGERPRINT": self.config.fingerprint(),
+        }
+        self.manager.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
+
+    def run(self, point: ResumePoint, stop: StopAgreement) -> None:
+        config, ctx = self.config, self.ctx
+        metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
+        start_step = point.step_in_epoch
+        carried_loss, carried_samples = self.load(point) if point.path else (0.0, 0)
+        last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
+        for epoch in range(point.epochs_completed, config.total_epochs):
+            started = time.perf_counter()
+            loss_sum = torch.tensor(carried_loss, dtype=torch.float64, device=ctx.device)
+            samples = carried_samples
+            carried_loss, carried_samples = 0.0, 0
+            stopped_at: int | None = None
+            for step, inputs, targets in self.data.batches(epoch, start_step):
+                if stop.at_step():
+                    stopped_at = step
+                    break
+                loss = self.task.loss_fn(self.model(inputs), targets)
+                self.task.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.task.optimizer.step()
+                loss_sum.add_(loss.detach(), alpha=inputs.shape[0])
+                samples += inputs.shape[0]
+            start_step = 0
+            if stopped_at is None and stop.drain():
+                stopped_at = self.data.steps_per_epoch()
+            if stopped_at is not None and stopped_at < self.data.steps_per_epoch():
+                if last_saved != (epoch, stopped_at):
+                    self.checkpoint(epoch, stopped_at, loss_sum, samples, final=True)
+                return
+            self._end_epoch(epoch, metrics, loss_sum, samples, started)
+            done = epoch + 1
+            final = done == config.total_epochs or stopped_at is not None
+            if done % config.save_every == 0 or final:
+                self.checkpoint(done, 0, torch.zeros(()), 0, final=final)
+                last_saved = (done, 0)
+            if stopped_at is not None:
+                return
+
+    def _end_epoch(
+        self, epoch: int, metrics: MetricsLog, loss_sum: torch.Tensor, samples: int, started: float
+    ) -> None:
+        totals = torch.stack(
+            [loss_sum.to(torch.float64), torch.tensor(float(samples), dtype=torch.float64)]
+        ).to(self.ctx.device)
+        dist.all_reduce(totals)
+        if self.task.scheduler is not None:
+            self.task.scheduler.step()
+        if self.ctx.is_main:
+            total_loss, total_samples = totals.tolist()
+            lr = self.task.optimizer.param_groups[0].get("lr")
+            metrics.record(
+                epoch + 1,
+                total_loss / max(total_samples, 1),
+                int(total_samples),
+                time.perf_counter() - started,
+                float(lr) if lr is not None else None,
+            )
+
+
+def train(config: TrainConfig, ctx: DistContext) -> int:
+    stop = StopAgreement(ctx)
+    stop.install()  # before anything slow, so an early SIGTERM is not lost
+    point = decide_resume(ctx, config)
+    if point.epochs_completed >= config.total_epochs:
+        if ctx.is_main:
+            LOG.info(
+                "run already complete: %d of %d epochs done, nothing to train",
+                point.epochs_completed,
+                config.total_epochs,
+            )
+        return 0
+    trainer = Trainer.build(config, ctx)
+    try:
+        trainer.run(point, stop)
+    finally:
+        if trainer.manager is not None:
+            trainer.manager.close()  # a SIGTERM or the end of training commits the write in flight
+    if ctx.is_main and trainer.manager.last_committed is not None:
+        entry = trainer.manager.last_committed
+        LOG.info("last checkpoint: %s (%d epochs completed)", entry.file, entry.epochs_completed)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_config(argv)
+    ctx = init_distributed(config.pg_timeout)
+    configure_logging(ctx.rank)
+    try:
+        code = train(config, ctx)
+    except ResumeRefusedError as error:
+        LOG.error("refusing to resume: %s", error)
+        print(f"error: refusing to resume: {error}", file=sys.stderr)
+        code = 1
+    # Training is over (and, on success, its last checkpoint is committed): a failing teardown
+    # must not turn a finished run into a failed pod, so it is logged, not raised.
+    try:
+        shutdown(ctx)
+    except Exception as error:
+        LOG.warning("process-group teardown failed after training finished: %s", error)
+    LOG.info("exiting with code %d", code)
+    return code

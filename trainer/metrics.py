@@ -1,0 +1,73 @@
+"""Per-epoch progress: one human-readable log line and the same values as a JSON line in
+``DIR/metrics.jsonl`` (rank 0 only), which ``python -m trainer.plot`` reads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOG = logging.getLogger("trainer")
+METRICS_NAME = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    epoch: int  # 1-based: epochs completed after this one
+    total_epochs: int
+    loss: float
+    samples: int
+    seconds: float
+    samples_per_s: float
+    eta_s: float
+    lr: float | None
+
+
+class MetricsLog:
+    def __init__(self, directory: Path, total_epochs: int, start_epoch: int) -> None:
+        self.path = directory / METRICS_NAME
+        self.total_epochs = total_epochs
+        self._start_epoch = start_epoch
+        self._started = time.perf_counter()
+
+    def record(
+        self, epoch: int, loss: float, samples: int, seconds: float, lr: float | None
+    ) -> EpochMetrics:
+        # ETA from the mean epoch time of this process, so a restart does not skew it.
+        done_here = epoch - self._start_epoch
+        elapsed = time.perf_counter() - self._started
+        eta = elapsed / max(done_here, 1) * (self.total_epochs - epoch)
+        metrics = EpochMetrics(
+            epoch=epoch,
+            total_epochs=self.total_epochs,
+            loss=loss,
+            samples=samples,
+            seconds=round(seconds, 6),
+            samples_per_s=round(samples / seconds, 1) if seconds > 0 else 0.0,
+            eta_s=round(eta, 1),
+            lr=lr,
+        )
+        LOG.info(
+            "epoch %d/%d  loss %.6f  %.0f samples/s  ETA %s",
+            epoch,
+            self.total_epochs,
+            loss,
+            metrics.samples_per_s,
+            _format_duration(eta),
+        )
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(asdict(metrics)) + "\n")
+        return metrics
+
+
+def _format_duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}"
+
+
+def read_metrics(directory: Path) -> list[dict[str, float]]:
+    path = directory / METRICS_NAME
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
