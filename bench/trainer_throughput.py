@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trainer.checkpoint import CheckpointManager, model_sha256
 from trainer.cli import TrainConfig
+from trainer.data import ShardedBatches
 from trainer.distributed import DistContext
 from trainer.loop import ResumePoint, StopAgreement, Trainer
 from trainer.metrics import read_metrics
@@ -151,6 +152,27 @@ def throughput(args: argparse.Namespace) -> dict[str, dict[str, float | str]]:
         return json.loads(Path(out.name).read_text())
 
 
+def data_path(args: argparse.Namespace) -> dict[str, float]:
+    """Microseconds to produce one batch, without the model or the all-reduce: the part of a
+    step our trainer changes. On a machine where gloo's per-step all-reduce dominates (small
+    model, few cores) the end-to-end ratio above stays near 1 even though this part shrinks."""
+    task = regression_task(TaskContext(args.seed, args.dataset_size, torch.device("cpu")))
+    dataset = PerSampleDataset(task.inputs, task.targets)
+    sampler = DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=0, seed=args.seed)
+    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=False, sampler=sampler)
+    sharded = ShardedBatches(task.inputs, task.targets, args.batch_size, args.seed, 0, WORLD_SIZE)
+    timings: dict[str, list[float]] = {"baseline": [], "ours": []}
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        started = time.perf_counter()
+        batches = sum(1 for _ in loader)
+        timings["baseline"].append((time.perf_counter() - started) / batches)
+        started = time.perf_counter()
+        batches = sum(1 for _ in sharded.batches(epoch))
+        timings["ours"].append((time.perf_counter() - started) / batches)
+    return {name: statistics.median(values) * 1e6 for name, values in timings.items()}
+
+
 def training_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     inputs = torch.rand(32, 20)
     loss = nn.functional.mse_loss(model(inputs), inputs[:, :1])
@@ -243,6 +265,11 @@ def main() -> int:
     )
     same = "yes" if base["model_sha256"] == mine["model_sha256"] else "NO"
     print(f"{'bitwise-equal final weights':34}{same:>22}")
+    fetch = data_path(args)
+    print(
+        f"{'one batch from the data path, us':34}{fetch['baseline']:>22.0f}"
+        f"{fetch['ours']:>14.0f}{fetch['baseline'] / fetch['ours']:>8.2f}x"
+    )
 
     stall = checkpoint_stall(args.checkpoint_mb, args.repeats)
     ratio = stall["background_lost_s"] / stall["sync_stall_s"]
@@ -252,6 +279,8 @@ def main() -> int:
     print(f"{'background, later saves: save() blocks':48}{stall['background_blocking_s']:>8.3f} s")
     print(f"{'background, later saves: loop time lost':48}{stall['background_lost_s']:>8.3f} s")
     print(f"{'background, later saves: until committed':48}{stall['background_commit_s']:>8.3f} s")
+    blocked = stall["background_blocking_s"] / stall["sync_stall_s"]
+    print(f"{'stall ratio (background blocks / synchronous)':48}{blocked:>8.1%}")
     print(f"{'stall ratio (background lost / synchronous)':48}{ratio:>8.1%}")
     return 0
 

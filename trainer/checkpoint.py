@@ -275,6 +275,10 @@ def _writer_process_main(conn: Any, directory: str, keep: int, delay_s: float) -
     when the trainer closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Hashing and serialising compete with the training loop for the same cores; the loop's
+    # step time is what the job pays for, so the writer yields the CPU whenever both want it.
+    with contextlib.suppress(OSError):
+        os.nice(10)
     # The manifest's sha256 already guards every byte; skipping the zip's CRC32 saves a pass
     # over the data on a CPU the training loop may need.
     torch.serialization.set_crc32_options(False)
@@ -359,15 +363,20 @@ class CheckpointManager:
     def _start_writer(self) -> None:
         if self._conn is None:
             context = torch.multiprocessing.get_context("spawn")
-            self._conn, child = context.Pipe()
-            self._process = context.Process(
+            parent, child = context.Pipe()
+            process = context.Process(
                 target=_writer_process_main,
                 args=(child, str(self.directory), self.keep, self.write_delay_s),
                 name="checkpoint-writer",
                 daemon=True,
             )
-            self._process.start()
-            child.close()
+            # Only a started writer is remembered: if start() fails, the thread fallback takes
+            # over and close() must not wait on a process that never ran.
+            try:
+                process.start()
+            finally:
+                child.close()
+            self._conn, self._process = parent, process
 
     def _send(self, snapshot: dict[str, Any], epochs: int, step: int) -> None:
         self._start_writer()

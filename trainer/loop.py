@@ -63,14 +63,32 @@ class ResumePoint:
 
 class StopAgreement:
     """SIGTERM/SIGINT set a local flag; ranks agree on it with a MAX all-reduce so every rank
-    stops after the same step. The all-reduce is launched asynchronously every
-    ``check_every`` steps and read at the next check, so it overlaps training and costs a
-    fraction of a collective per step; a stop therefore lands within 2 x check_every steps."""
+    stops after the same step.
 
-    def __init__(self, ctx: DistContext, check_every: int = 8) -> None:
+    The all-reduce is launched asynchronously at a check and read at the next one, so it
+    overlaps training. How many steps lie between checks is recalibrated at every check so a
+    check happens about every ``target_seconds``: a fixed step count is either a collective on
+    every few tiny steps (a measurable share of a fast CPU step) or minutes between checks on a
+    slow GPU step (past the pod's grace period). Each rank proposes an interval from its own
+    step time and the same all-reduce carries the proposals (negated, so MAX picks the
+    smallest); every rank reads the same reduced tensor, so all adopt the same interval at the
+    same step and stay in lockstep. A stop therefore lands within about 2 x target_seconds.
+    """
+
+    def __init__(
+        self,
+        ctx: DistContext,
+        *,
+        first_interval: int = 8,
+        target_seconds: float = 0.25,
+        max_interval: int = 10_000,
+    ) -> None:
         self._device = ctx.device
-        self._check_every = check_every
-        self._steps = 0
+        self._interval = first_interval
+        self._target_seconds = target_seconds
+        self._max_interval = max_interval
+        self._steps_since_check = 0
+        self._last_check = time.perf_counter()
         self.requested = False
         self._pending: tuple[Any, torch.Tensor] | None = None
 
@@ -85,12 +103,20 @@ class StopAgreement:
 
     def at_step(self) -> bool:
         """Call before every step on every rank; True means: stop now (same on all ranks)."""
-        self._steps += 1
-        if self._steps % self._check_every:
+        self._steps_since_check += 1
+        if self._steps_since_check < self._interval:
             return False
         agreed = self.drain()
-        flag = torch.tensor([int(self.requested)], dtype=torch.int32, device=self._device)
-        self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True), flag)
+        now = time.perf_counter()
+        per_step = (now - self._last_check) / self._steps_since_check
+        proposal = int(self._target_seconds / per_step) if per_step > 0 else self._max_interval
+        proposal = min(max(proposal, 1), self._max_interval)
+        message = torch.tensor(
+            [int(self.requested), -proposal], dtype=torch.int64, device=self._device
+        )
+        self._pending = (dist.all_reduce(message, op=dist.ReduceOp.MAX, async_op=True), message)
+        self._steps_since_check = 0
+        self._last_check = now
         return agreed
 
     def drain(self) -> bool:
@@ -98,10 +124,12 @@ class StopAgreement:
         same points (a check, the end of an epoch), so every rank reads the same answer."""
         if self._pending is None:
             return False
-        work, flag = self._pending
+        work, message = self._pending
         self._pending = None
         work.wait()
-        return bool(flag.item())
+        stop, negated_interval = message.tolist()
+        self._interval = -negated_interval
+        return bool(stop)
 
 
 def capture_rng() -> dict[str, Any]:
