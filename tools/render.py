@@ -29,7 +29,8 @@ from components.manifests import (
     pytorchjob_manifest,
     registry_secret_manifest,
 )
-from components.settings import REDACTED, REPO_ROOT, SettingsError, StackSettings, load_stack_file
+from components.settings import REDACTED, SettingsError, StackSettings, load_stack_file
+from tools.stack_cli import add_stack_arguments
 
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 RENDERED_SUFFIX = ".yaml"
@@ -81,13 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tools.render",
         description="Write the manifests a stack would apply, one YAML file per object.",
     )
-    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument(
-        "--stack-dir",
-        type=Path,
-        default=REPO_ROOT,
-        help="directory holding Pulumi.<stack>.yaml (default: the repository root)",
-    )
+    add_stack_arguments(parser)
     parser.add_argument("--out", required=True, type=Path, help="directory for the YAML files")
     args = parser.parse_args(argv)
     try:

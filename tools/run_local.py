@@ -40,6 +40,7 @@ from typing import Any
 from components.manifests import APP_DIR, pytorchjob_manifest
 from components.settings import REPO_ROOT, SettingsError, StackSettings, load_stack_file
 from tools import operator_env
+from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
 
 LOCAL_IMAGE = "local"
@@ -77,13 +78,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m tools.run_local",
         description="Run a stack's PyTorchJob on this machine, one local process tree per pod.",
     )
-    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
-    parser.add_argument(
-        "--stack-dir",
-        type=Path,
-        default=REPO_ROOT,
-        help="directory holding Pulumi.<stack>.yaml (default: the repository root)",
-    )
+    add_stack_arguments(parser)
     parser.add_argument(
         "--checkpoint-root",
         type=Path,

@@ -281,7 +281,9 @@ def _writer_process_main(conn: Any, directory: str, keep: int, delay_s: float) -
         os.nice(10)
     # The manifest's sha256 already guards every byte; skipping the zip's CRC32 saves a pass
     # over the data on a CPU the training loop may need.
-    torch.serialization.set_crc32_options(False)
+    # (torch >= 2.6; the NGC 24.07 image ships 2.4, which always computes the CRC.)
+    if hasattr(torch.serialization, "set_crc32_options"):
+        torch.serialization.set_crc32_options(False)
     committer = CheckpointManager(Path(directory), keep, background=False, write_delay_s=delay_s)
     while True:
         try:
