@@ -37,8 +37,9 @@ PORT_NAME = "pytorchjob-port"
 GPU_RESOURCE = "nvidia.com/gpu"
 CHECKPOINT_VOLUME = "checkpoints"
 SHM_VOLUME = "dshm"
-# The trainer commits a final checkpoint on SIGTERM; the kubelet's default 30 s is too short for
-# a large model on network storage.
+# On SIGTERM the trainer commits a checkpoint; torchrun gives its workers 30 s for that before it
+# kills them, so the kubelet's grace period must outlast torchrun's (the kubelet's default is
+# exactly 30 s, which would cut torchrun's own shutdown short).
 TERMINATION_GRACE_SECONDS = 120
 RUNAI_SCHEDULER = "runai-scheduler"
 # Run:ai associates a workload with its project through these labels: `project` is the label

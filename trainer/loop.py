@@ -90,6 +90,7 @@ class StopAgreement:
         self._steps_since_check = 0
         self._last_check = time.perf_counter()
         self.requested = False
+        self.signum: int | None = None  # the first signal this rank received, if any
         self._pending: tuple[Any, torch.Tensor] | None = None
 
     def install(self) -> None:
@@ -99,7 +100,16 @@ class StopAgreement:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if not self.requested:
             LOG.warning("received %s: stopping after the current step", signal.Signals(signum).name)
+            self.signum = signum
         self.requested = True
+
+    def exit_code(self) -> int:
+        """What a rank exits with after an agreed early stop: 128 + the signal, as a shell
+        reports a signalled process. Ranks that were not signalled themselves (their peer's pod
+        was preempted) report SIGTERM too: exiting 0 there would make the operator mark the
+        whole job Succeeded with training unfinished, while a non-zero code makes
+        `restartPolicy: OnFailure` restart the pod, which resumes from the checkpoint."""
+        return 128 + (self.signum or signal.SIGTERM)
 
     def at_step(self) -> bool:
         """Call before every step on every rank; True means: stop now (same on all ranks)."""
@@ -271,7 +281,8 @@ class Trainer:
         }
         self.manager.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
 
-    def run(self, point: ResumePoint, stop: StopAgreement) -> None:
+    def run(self, point: ResumePoint, stop: StopAgreement) -> bool:
+        """Train to TOTAL_EPOCHS; False when an agreed stop (SIGTERM/SIGINT) ended it early."""
         config, ctx = self.config, self.ctx
         metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
@@ -299,7 +310,7 @@ class Trainer:
             if stopped_at is not None and stopped_at < self.data.steps_per_epoch():
                 if last_saved != (epoch, stopped_at):
                     self.checkpoint(epoch, stopped_at, loss_sum, samples, final=True)
-                return
+                return False
             self._end_epoch(epoch, metrics, loss_sum, samples, started)
             done = epoch + 1
             final = done == config.total_epochs or stopped_at is not None
@@ -307,7 +318,8 @@ class Trainer:
                 self.checkpoint(done, 0, torch.zeros(()), 0, final=final)
                 last_saved = (done, 0)
             if stopped_at is not None:
-                return
+                return done == config.total_epochs
+        return True
 
     def _end_epoch(
         self, epoch: int, metrics: MetricsLog, loss_sum: torch.Tensor, samples: int, started: float
@@ -344,14 +356,17 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
         return 0
     trainer = Trainer.build(config, ctx)
     try:
-        trainer.run(point, stop)
+        completed = trainer.run(point, stop)
     finally:
         if trainer.manager is not None:
             trainer.manager.close()  # a SIGTERM or the end of training commits the write in flight
     if ctx.is_main and trainer.manager.last_committed is not None:
         entry = trainer.manager.last_committed
         LOG.info("last checkpoint: %s (%d epochs completed)", entry.file, entry.epochs_completed)
-    return 0
+    if completed:
+        return 0
+    LOG.info("stopped early on a signal with its checkpoint committed; a restart resumes it")
+    return stop.exit_code()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

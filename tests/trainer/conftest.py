@@ -104,6 +104,15 @@ class Background:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def worker_of_rank(self, rank: int) -> int:
+        """The pid of the trainer process torchrun started for ``rank`` (from its RANK env)."""
+        for pid in _descendants(self.process.pid):
+            with contextlib.suppress(OSError):
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                if f"RANK={rank}".encode() in environ:
+                    return pid
+        raise AssertionError(f"no worker process with RANK={rank} under torchrun")
+
     def wait(self, timeout: float = TIMEOUT_S) -> Finished:
         workers = _descendants(self.process.pid)
         try:

@@ -4,6 +4,7 @@ SIGKILL and SIGTERM, refusal of a mismatched resume, and an already-complete run
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -96,14 +97,37 @@ def test_sigterm_writes_a_checkpoint_and_exits_cleanly(reference_run: Path, tmp_
     job.process.send_signal(signal.SIGTERM)  # what the kubelet does to the container's PID 1
     finished = job.wait(timeout=60)
     assert finished.output.count("received SIGTERM: stopping after the current step") == 2
-    assert "[rank 0] INFO exiting with code 0" in finished.output, finished.output
-    assert "[rank 1] INFO exiting with code 0" in finished.output, finished.output
+    # An orderly stop, but not a finished run: 128 + SIGTERM, so the operator restarts the pod.
+    assert "[rank 0] INFO exiting with code 143" in finished.output, finished.output
+    assert "[rank 1] INFO exiting with code 143" in finished.output, finished.output
     stopped = manifest_epochs(directory)[-1]
     assert (SAVE_EVERY, 0) < stopped < (TOTAL_EPOCHS, 0), "no checkpoint written on SIGTERM"
     info = inspect(directory)
     assert (info["epochs_completed"], info["step_in_epoch"]) == stopped
 
     finished = run_trainer(reference_args(directory))  # the restarted pod, same command
+    assert finished.returncode == 0, finished.output
+    assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
+
+
+def test_a_signal_to_one_rank_stops_every_rank_and_none_reports_success(
+    reference_run: Path, tmp_path: Path
+) -> None:
+    """One pod of a multi-pod job preempted: its peers must not exit 0, or the operator would
+    mark the job Succeeded with training unfinished and never resume it."""
+    directory = tmp_path / "ckpt"
+    job = Background(reference_args(directory), tmp_path / "one.log", env=SLOW_COMMITS)
+    wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    os.kill(job.worker_of_rank(1), signal.SIGTERM)
+    finished = job.wait(timeout=60)
+    assert finished.output.count("received SIGTERM: stopping after the current step") == 1
+    assert "[rank 0] INFO exiting with code 143" in finished.output, finished.output
+    assert "[rank 1] INFO exiting with code 143" in finished.output, finished.output
+    assert finished.returncode != 0, finished.output
+    stopped = manifest_epochs(directory)[-1]
+    assert (SAVE_EVERY, 0) < stopped < (TOTAL_EPOCHS, 0), "no checkpoint written on the stop"
+
+    finished = run_trainer(reference_args(directory))  # both pods restarted by OnFailure
     assert finished.returncode == 0, finished.output
     assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
 
