@@ -167,16 +167,22 @@ def inspect(directory: Path) -> dict:
     return describe(directory)
 
 
-def inspect_cli(directory: Path) -> dict:
-    done = subprocess.run(
-        [PYTHON, "-m", "trainer.checkpoint", str(directory)],
+def run_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` as a user types it; the caller judges the exit code."""
+    return subprocess.run(
+        [PYTHON, "-m", module, *args],
         cwd=REPO_ROOT,
         env=trainer_env(),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
-        check=True,
+        check=False,
     )
+
+
+def inspect_cli(directory: Path) -> dict:
+    done = run_module("trainer.checkpoint", str(directory))
+    assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 

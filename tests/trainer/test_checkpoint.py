@@ -4,23 +4,20 @@ same guarantees in real runs: a kill mid-write and a corrupted newest checkpoint
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.trainer.conftest import (
-    PYTHON,
-    REPO_ROOT,
     TOTAL_EPOCHS,
     Background,
     inspect,
     inspect_cli,
     manifest_epochs,
     reference_args,
+    run_module,
     run_trainer,
-    trainer_env,
     wait_until,
 )
 from trainer.checkpoint import (
@@ -120,15 +117,7 @@ def test_inspection_of_a_missing_or_empty_directory_fails_clearly(tmp_path: Path
         (tmp_path / "missing", "does not exist"),
         (tmp_path, "no committed checkpoint"),
     ]:
-        done = subprocess.run(
-            [PYTHON, "-m", "trainer.checkpoint", str(directory)],
-            cwd=REPO_ROOT,
-            env=trainer_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_module("trainer.checkpoint", str(directory))
         assert done.returncode != 0
         assert message in done.stderr and str(directory) in done.stderr
 

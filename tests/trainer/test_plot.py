@@ -5,19 +5,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.trainer.conftest import PYTHON, REPO_ROOT, trainer_env
+from tests.trainer.conftest import run_module
 
 
 def run_plot(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "trainer.plot", *args],
-        cwd=REPO_ROOT,
-        env=trainer_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_module("trainer.plot", *args)
 
 
 def test_renders_a_png_from_the_metrics(reference_run: Path, tmp_path: Path) -> None:
