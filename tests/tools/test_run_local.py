@@ -108,6 +108,18 @@ def inspect_checkpoint(checkpoint_dir: Path) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
+def start_runner(marker: str, *args: str, **extra_env: str) -> subprocess.Popen[str]:
+    """`python -m tools.run_local ARGS` in the background, output captured for `finish`."""
+    return subprocess.Popen(
+        run_local_command(*args),
+        cwd=REPO_ROOT,
+        env=runner_env(marker, **extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def finish(runner: subprocess.Popen[str], marker: str) -> str:
     try:
         out, _ = runner.communicate(timeout=300)
@@ -277,14 +289,11 @@ def test_bad_stack_value_gives_the_programs_settings_error(tmp_path: Path) -> No
 def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     checkpoint_dir = tmp_path / JOB
-    runner = subprocess.Popen(
-        run_local_command("--stack", "dev", "--checkpoint-root", str(tmp_path), *SMALL_RUN),
-        cwd=REPO_ROOT,
-        # The trainer's write-delay hook keeps this tiny run from finishing before the kill.
-        env=runner_env(marker, TRAINER_CHECKPOINT_WRITE_DELAY="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    # The trainer's write-delay hook keeps this tiny run from finishing before the kill.
+    runner = start_runner(
+        marker,
+        *("--stack", "dev", "--checkpoint-root", str(tmp_path), *SMALL_RUN),
+        TRAINER_CHECKPOINT_WRITE_DELAY="1",
     )
     try:
         wait_until(lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", runner)
@@ -312,13 +321,10 @@ def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path
 def test_ctrl_c_stops_the_job_and_leaves_no_process_behind(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     checkpoint_dir = tmp_path / JOB
-    runner = subprocess.Popen(
-        run_local_command("--stack", "dev", "--checkpoint-root", str(tmp_path), *LONG_RUN),
-        cwd=REPO_ROOT,
-        env=runner_env(marker, TRAINER_CHECKPOINT_WRITE_DELAY="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    runner = start_runner(
+        marker,
+        *("--stack", "dev", "--checkpoint-root", str(tmp_path), *LONG_RUN),
+        TRAINER_CHECKPOINT_WRITE_DELAY="1",
     )
     try:
         wait_until(lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", runner)
@@ -342,14 +348,7 @@ def test_master_failing_past_the_backoff_limit_fails_the_run(tmp_path: Path) -> 
     marker = uuid.uuid4().hex
     claim = ("--checkpoint-root", str(tmp_path / "claim"))
 
-    runner = subprocess.Popen(
-        run_local_command("--stack", "failing", "--stack-dir", str(tmp_path), *claim),
-        cwd=REPO_ROOT,
-        env=runner_env(marker),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    runner = start_runner(marker, "--stack", "failing", "--stack-dir", str(tmp_path), *claim)
     out = finish(runner, marker)
 
     assert runner.returncode == 1, out
