@@ -6,7 +6,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-16)
+REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt
+STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16)
 STACK ?= dev
 
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
@@ -17,9 +18,9 @@ WORKFLOWS := $(wildcard .github/workflows/*.yml)
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.txt
+$(STAMP): $(REQUIREMENTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP) ## Create .venv with everything the project needs.
