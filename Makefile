@@ -13,7 +13,7 @@ STACK ?= dev
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: help venv test lint format check-shell check-workflows pytest local render preview up destroy bench clean
+.PHONY: help venv policy-venv test e2e e2e-tools lint format check-shell check-workflows pytest local render preview up destroy bench clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -24,6 +24,15 @@ $(STAMP): $(REQUIREMENTS)
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP) ## Create .venv with everything the project needs.
+
+POLICY_STAMP := policy/venv/.installed-$(shell sha256sum policy/requirements.txt | cut -c1-16)
+
+$(POLICY_STAMP): policy/requirements.txt
+	test -x policy/venv/bin/python || $(PYTHON) -m venv policy/venv
+	policy/venv/bin/python -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+	rm -f policy/venv/.installed-* && touch $@
+
+policy-venv: $(POLICY_STAMP) ## Create policy/venv, which `--policy-pack policy` runs the pack with.
 
 test: lint check-shell check-workflows pytest ## Lint, offline checks and every test (what CI runs).
 
@@ -41,8 +50,14 @@ check-shell: $(STAMP) ## shellcheck every shell script.
 check-workflows: $(STAMP) ## Validate the GitHub workflows against their JSON schema, offline.
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
 
-pytest: $(STAMP) ## Run the test suite.
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+pytest: $(STAMP) ## Run the test suite (all but the real-engine suite).
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --ignore=tests/e2e
+
+e2e-tools: ## Build (or find cached) the Pulumi CLI, providers and control plane for `make e2e`.
+	scripts/e2e-tools.sh
+
+e2e: $(STAMP) $(POLICY_STAMP) ## The real engine: pulumi preview/up/destroy against a local control plane.
+	$(BIN)/python -m pytest tests/e2e -p no:cacheprovider
 
 local: $(STAMP) ## Run the STACK's (default dev) training job on this machine.
 	$(BIN)/python -m tools.run_local --stack $(STACK)
@@ -50,10 +65,10 @@ local: $(STAMP) ## Run the STACK's (default dev) training job on this machine.
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)
 
-preview: $(STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
+preview: $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
 	scripts/pulumi-stack.sh preview $(STACK)
 
-up: $(STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
+up: $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
 	scripts/pulumi-stack.sh up $(STACK)
 
 destroy: $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).

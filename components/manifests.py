@@ -49,7 +49,12 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
-WAIT_FOR_RUNNING = "condition=Running"
+# Running, or already Succeeded: a short job can finish before the await sees Running, and the
+# provider re-checks this on every update, also of a job that finished long ago.
+WAIT_FOR_RUNNING = (
+    'jsonpath={.status.conditions[?(@.status=="True" && '
+    '(@.type=="Running" || @.type=="Succeeded"))]}'
+)
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
@@ -94,7 +99,11 @@ def _metadata(settings: StackSettings, name: str, component: str) -> dict[str, A
     return {
         "name": name,
         "namespace": settings.namespace,
-        "labels": {**common_labels(settings), "app.kubernetes.io/component": component},
+        "labels": {
+            **settings.labels,
+            **common_labels(settings),
+            "app.kubernetes.io/component": component,
+        },
     }
 
 

@@ -31,7 +31,14 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
 PASSWORD_KEY = "registryPassword"
 OBJECT_KEYS = ("image", "registry", "checkpoints", "job")
-TOP_LEVEL_KEYS = ("platform", "namespace", "runaiProject", "kubeContext", *OBJECT_KEYS)
+TOP_LEVEL_KEYS = (
+    "platform",
+    "namespace",
+    "runaiProject",
+    "kubeContext",
+    "labels",
+    *OBJECT_KEYS,
+)
 
 # The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
 # DNS-1035 labels (63 characters), so the job name leaves room for the longest suffix.
@@ -39,6 +46,7 @@ JOB_NAME_MAX = 48
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 16
 
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -186,6 +194,7 @@ class StackSettings:
     namespace: str
     runai_project: str | None
     kube_context: str | None
+    labels: Mapping[str, str]
     image: ImageSettings
     registry: RegistrySettings | None
     checkpoints: CheckpointSettings
@@ -533,6 +542,43 @@ def _parse_job(section: _Section) -> JobSettings:
     )
 
 
+def _parse_labels(raw: Any) -> Mapping[str, str]:
+    """Extra labels (team, cost center) on the stack's objects: metadata only, so changing them
+    updates the objects in place and never replaces the job."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise _fail("labels", raw, "expected an object of label names to strings") from None
+    if not isinstance(raw, Mapping):
+        raise _fail("labels", raw, "expected an object of label names to strings")
+    labels: dict[str, str] = {}
+    for name, value in raw.items():
+        prefix, _, label = str(name).rpartition("/")
+        if (prefix and not (_DNS1123_SUBDOMAIN.match(prefix) and len(prefix) <= 253)) or not (
+            _LABEL_VALUE.match(label) and label
+        ):
+            raise _fail(
+                f"labels.{name}",
+                value,
+                "label names are [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
+                "starting and ending alphanumeric, prefix a DNS subdomain",
+            )
+        if prefix == "app.kubernetes.io":
+            raise _fail(f"labels.{name}", value, "app.kubernetes.io/* labels are the stack's own")
+        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            raise _fail(
+                f"labels.{name}",
+                value,
+                "a label value is a string of up to 63 characters of [A-Za-z0-9-_.], "
+                "empty or starting and ending alphanumeric",
+            )
+        labels[str(name)] = value
+    return labels
+
+
 def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackSettings:
     """Validate config `values` (keys without the project prefix) into StackSettings.
 
@@ -565,6 +611,7 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
     default_namespace = f"runai-{runai_project}" if platform == "runai" else "default"
     namespace = _dns_label("namespace", _top_string(values, "namespace")) or default_namespace
     kube_context = _top_string(values, "kubeContext")
+    labels = _parse_labels(values.get("labels"))
 
     image = _parse_image(_Section("image", values.get("image")))
     registry = _parse_registry(values.get("registry"), password, image)
@@ -582,6 +629,7 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
         namespace=namespace,
         runai_project=runai_project,
         kube_context=kube_context,
+        labels=labels,
         image=image,
         registry=registry,
         checkpoints=checkpoints,

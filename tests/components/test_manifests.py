@@ -25,6 +25,7 @@ from components.manifests import (
     wait_annotations,
 )
 from components.settings import StackSettings, load_stack_file, parse_settings
+from tests.components import RUNNING_OR_SUCCEEDED
 from tests.components.k8s_rules import pytorchjob_violations, validate_manifest
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
@@ -196,7 +197,7 @@ def test_read_write_once_co_locates_replicas() -> None:
     [
         ("none", {"pulumi.com/skipAwait": "true"}),
         ("created", {}),
-        ("running", {"pulumi.com/waitFor": "condition=Running"}),
+        ("running", {"pulumi.com/waitFor": RUNNING_OR_SUCCEEDED}),
     ],
 )
 def test_wait_annotations(wait_for: str, expected: dict[str, str]) -> None:
@@ -293,3 +294,24 @@ def test_schema_check_catches_mistakes() -> None:
     claim["spec"]["accessMode"] = "ReadWriteMany"
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_manifest(claim)
+
+
+def test_stack_labels_mark_every_object_but_never_the_pods() -> None:
+    """Pod labels live in the job's spec: changing them would replace a running job."""
+    settings = parse_settings(
+        {
+            "image": {"repository": "registry.example.com/ml/trainer"},
+            "registry": {"server": "registry.example.com", "username": "robot"},
+            "labels": {"team": "vision"},
+        },
+        password="not-real",
+    )
+    job = pytorchjob_manifest(settings, image="registry.example.com/ml/trainer@sha256:" + "0" * 64)
+    for manifest in (
+        job,
+        checkpoint_claim_manifest(settings),
+        registry_secret_manifest(settings, password="not-real"),
+    ):
+        assert manifest["metadata"]["labels"]["team"] == "vision"
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        assert "team" not in spec["template"]["metadata"]["labels"]

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
+from tests.components import RUNNING_OR_SUCCEEDED
 from tests.components.k8s_rules import validate_manifest
 from tests.pulumi_harness import (
     REPO_ROOT,
@@ -172,7 +173,7 @@ def test_prod_job(prod: ProgramResult) -> None:
     assert job.inputs["metadata"]["namespace"] == "runai-team-a"
     assert job.inputs["spec"]["nprocPerNode"] == "1"
     assert job.inputs["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 604800
-    assert job.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": "condition=Running"}
+    assert job.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": RUNNING_OR_SUCCEEDED}
     assert job.custom_timeouts.get("create")
     for labels in [
         job.inputs["metadata"]["labels"],

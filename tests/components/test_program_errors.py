@@ -30,6 +30,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, str] | None, str, str | No
     ("save-every-too-big", "dev", {"job": {"saveEvery": 60}}, None, "job.saveEvery", "60"),
     ("bad-wait-for", "dev", {"job": {"waitFor": "finished"}}, None, "job.waitFor", "'finished'"),
     ("bad-memory", "dev", {"job": {"memory": "2GB"}}, None, "job.memory", "'2GB'"),
+    ("label-not-string", "dev", {"labels": {"team": 7}}, None, "labels.team", "7"),
+    ("label-bad-name", "dev", {"labels": {"cost center": "a"}}, None, "labels.cost center", "'a'"),
     (
         "size-10TB",
         "prod",

@@ -346,3 +346,18 @@ def test_numeric_quantities_from_yaml() -> None:
 def test_trailing_newline_is_not_a_valid_value(section: str, field: str, value: str) -> None:
     with pytest.raises(SettingsError, match=rf"{section}\.{field}"):
         parse_settings(with_values(**{section: {field: value}}))
+
+
+def test_labels_are_checked_like_kubernetes_labels() -> None:
+    settings = parse_settings(with_values(labels={"team": "vision", "example.com/cost": "ml-42"}))
+    assert settings.labels == {"team": "vision", "example.com/cost": "ml-42"}
+    for name, value, named in [
+        ("team", "a" * 64, "labels.team"),
+        ("team", "-vision", "labels.team"),
+        ("Bad_Prefix/team", "x", "labels.Bad_Prefix/team"),
+        ("app.kubernetes.io/name", "mine", "labels.app.kubernetes.io/name"),
+    ]:
+        with pytest.raises(SettingsError, match=re.escape(f"pytorch-distributed:{named}")):
+            parse_settings(with_values(labels={name: value}))
+    with pytest.raises(SettingsError, match="labels = 'team'"):
+        parse_settings(with_values(labels="team"))

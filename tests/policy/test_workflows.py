@@ -70,14 +70,30 @@ def test_merges_deploy_dev_then_prod_behind_the_protected_environment() -> None:
     assert jobs["prod"]["needs"] == "dev"
     assert jobs["prod"]["environment"] == "production"
     for stack in ("dev", "prod"):
-        [step] = pulumi_steps(jobs[stack])
-        assert step["with"]["command"] == "up"
-        assert step["with"]["stack-name"] == stack
-        assert step["with"]["policyPackConfigs"] == f"policy/config/{stack}.json"
+        # The action's `up` skips its preview; a preview with the pack gates it, so stack-level
+        # policies stop a violating update before any step runs.
+        gate, up = pulumi_steps(jobs[stack])
+        assert (gate["with"]["command"], up["with"]["command"]) == ("preview", "up")
+        for step in (gate, up):
+            assert step["with"]["stack-name"] == stack
+            assert step["with"]["policyPacks"] == "policy"
+            assert step["with"]["policyPackConfigs"] == f"policy/config/{stack}.json"
         assert jobs[stack]["concurrency"] == {
             "group": f"pulumi-up-{stack}",
             "cancel-in-progress": False,
         }
+
+
+def test_workflows_use_the_cli_version_the_sdk_is_pinned_to() -> None:
+    pins = dict(
+        line.split("==")
+        for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    for name in ("pull-request.yml", "deploy.yml"):
+        for job in load(name)["jobs"].values():
+            for step in pulumi_steps(job):
+                assert step["with"]["pulumi-version"] == pins["pulumi"], name
 
 
 def test_state_backend_and_passphrase_come_from_secrets() -> None:

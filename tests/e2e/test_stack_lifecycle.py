@@ -1,0 +1,383 @@
+"""The stack's whole life through the real engine: preview, up, no drift, secrets, replace, update,
+destroy and up again on the kept checkpoints. The tests run in file order on one stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from pulumi import automation as auto
+
+from components.manifests import (
+    checkpoint_claim_manifest,
+    pytorchjob_manifest,
+    registry_secret_manifest,
+    resource_names,
+)
+from components.settings import StackSettings, parse_settings
+from tests.e2e.conftest import (
+    PROJECT,
+    REGISTRY_PASSWORD,
+    STACK,
+    Cluster,
+    Project,
+    stack_config,
+)
+from tools.operator_env import injected_env, replica_pods
+
+NAMESPACE = "default"
+JOB_GROUP, JOB_VERSION, JOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+PASSWORD_KEY = f"{PROJECT}:registryPassword"
+# A file a previous run left on the claim: it must survive destroy and be there for the next up.
+MARKER = "snapshot-from-an-earlier-run.txt"
+
+
+def settings_from(config: Mapping[str, Any]) -> StackSettings:
+    values = {key.removeprefix(f"{PROJECT}:"): value for key, value in config.items()}
+    values = {key: value for key, value in values.items() if not key.startswith("pulumi:")}
+    return parse_settings(values, password=REGISTRY_PASSWORD)
+
+
+@pytest.fixture(scope="module")
+def stack(project: Project) -> Any:
+    stack = project.stack()
+    stack.set_config(PASSWORD_KEY, auto.ConfigValue(value=REGISTRY_PASSWORD, secret=True))
+    return stack
+
+
+@pytest.fixture(scope="module")
+def settings() -> StackSettings:
+    return settings_from(stack_config())
+
+
+@pytest.fixture(scope="module")
+def kube(cluster: Cluster) -> Any:
+    from kubernetes import client
+
+    api = cluster.api()
+
+    class Kube:
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+
+        def job(self, name: str) -> dict[str, Any] | None:
+            try:
+                return self.custom.get_namespaced_custom_object(
+                    JOB_GROUP, JOB_VERSION, NAMESPACE, JOB_PLURAL, name
+                )
+            except client.ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+        def get(self, kind: str, name: str) -> Any | None:
+            reader = getattr(self.core, f"read_namespaced_{kind}")
+            try:
+                return api.sanitize_for_serialization(reader(name, NAMESPACE))
+            except client.ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+    return Kube()
+
+
+def contains(actual: Any, expected: Any, path: str = "") -> list[str]:
+    """Where `actual` differs from `expected`, ignoring what the API server or the operator added
+    (defaults, status) but nothing the builders set."""
+    if isinstance(expected, Mapping):
+        if not isinstance(actual, Mapping):
+            return [f"{path}: expected an object, got {actual!r}"]
+        problems: list[str] = []
+        for key, value in expected.items():
+            if key not in actual:
+                problems.append(f"{path}.{key}: missing")
+            else:
+                problems += contains(actual[key], value, f"{path}.{key}")
+        return problems
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [f"{path}: expected {expected!r}, got {actual!r}"]
+        return [
+            p
+            for i, (a, e) in enumerate(zip(actual, expected, strict=True))
+            for p in contains(a, e, f"{path}[{i}]")
+        ]
+    if actual != expected:
+        return [f"{path}: expected {expected!r}, got {actual!r}"]
+    return []
+
+
+def steps(events: list[auto.EngineEvent], resource_type: str) -> list[str]:
+    """The engine's operations on resources of one type, in the order the engine began them."""
+    return [
+        event.resource_pre_event.metadata.op.value
+        for event in events
+        if event.resource_pre_event is not None
+        and event.resource_pre_event.metadata.type == resource_type
+    ]
+
+
+JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
+
+
+# -- a. preview with the policy pack ------------------------------------------------------------
+
+
+def test_preview_with_policy_pack_passes(stack: Any, policy_pack: Any) -> None:
+    result = stack.preview(policy_packs=[str(policy_pack)], diff=True)
+    # Provider, claim, secret, job, four components and the stack itself.
+    assert result.change_summary.get(auto.OpType.CREATE, 0) == 9, result.stdout
+    assert "pytorch-distributed-policies" in result.stdout or "Policies" in result.stdout
+
+
+def test_policy_pack_blocks_a_violating_change(stack: Any, policy_pack: Any) -> None:
+    stack.set_config(
+        f"{PROJECT}:checkpoints.accessMode", auto.ConfigValue("ReadWriteOnce"), path=True
+    )
+    try:
+        with pytest.raises(auto.CommandError) as failure:
+            stack.preview(policy_packs=[str(policy_pack)])
+        assert "checkpoint-claim-protection" in str(failure.value)
+        assert "mandatory" in str(failure.value)
+    finally:
+        stack.set_config(
+            f"{PROJECT}:checkpoints.accessMode", auto.ConfigValue("ReadWriteMany"), path=True
+        )
+
+
+# -- g. a bad value fails before anything is registered -----------------------------------------
+
+
+def test_bad_config_value_fails_preview_with_one_line_naming_the_key(
+    stack: Any, project: Project
+) -> None:
+    project.cli("config", "set", "--stack", STACK, "--path", f"{PROJECT}:job.batchSize", "0")
+    events: list[auto.EngineEvent] = []
+    try:
+        with pytest.raises(auto.CommandError) as failure:
+            stack.preview(on_event=events.append)
+        message = str(failure.value)
+        assert f"invalid config {PROJECT}:job.batchSize = 0" in message
+        registered = [e for e in events if e.resource_pre_event is not None]
+        assert [e.resource_pre_event.metadata.urn for e in registered] == [], (
+            "a resource was registered despite the bad value"
+        )
+    finally:
+        project.cli("config", "set", "--stack", STACK, "--path", f"{PROJECT}:job.batchSize", "32")
+
+
+# -- b. up creates what the builders describe ---------------------------------------------------
+
+
+def test_up_creates_secret_claim_and_job_as_the_builders_describe(
+    stack: Any, settings: StackSettings, kube: Any
+) -> None:
+    result = stack.up()
+    assert result.summary.result == "succeeded"
+    names = resource_names(settings)
+
+    secret = kube.get("secret", names.pull_secret)
+    expected_secret = registry_secret_manifest(settings, password=REGISTRY_PASSWORD)
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert contains(secret["metadata"], expected_secret["metadata"]) == []
+    stored = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    built = json.loads(base64.b64decode(expected_secret["data"][".dockerconfigjson"]))
+    assert stored == built
+
+    claim = kube.get("persistent_volume_claim", names.claim)
+    assert contains(claim, checkpoint_claim_manifest(settings)) == []
+    assert claim["status"]["phase"] == "Bound"
+
+    job = kube.job(names.job)
+    assert job is not None
+    expected_job = pytorchjob_manifest(settings, image=settings.image.ref)
+    assert contains(job, expected_job) == []
+
+
+def test_operator_creates_pods_and_services_with_the_emulated_environment(
+    settings: StackSettings, kube: Any
+) -> None:
+    manifest = pytorchjob_manifest(settings, image=settings.image.ref)
+    for replica_type, index in replica_pods(manifest):
+        pod_name = f"{settings.job.name}-{replica_type.lower()}-{index}"
+        pod = kube.get("pod", pod_name)
+        assert pod is not None, f"the operator created no pod {pod_name}"
+        assert kube.get("service", pod_name) is not None, f"no service {pod_name}"
+        container = pod["spec"]["containers"][0]
+        template_env = {
+            item["name"]
+            for item in manifest["spec"]["pytorchReplicaSpecs"][replica_type]["template"]["spec"][
+                "containers"
+            ][0].get("env", [])
+        }
+        operator_env = {
+            item["name"]: item.get("value")
+            for item in container.get("env", [])
+            if item["name"] not in template_env
+        }
+        assert operator_env == injected_env(manifest, replica_type, index), pod_name
+
+
+def test_up_with_wait_for_running_returns_once_the_pods_run(
+    settings: StackSettings, kube: Any
+) -> None:
+    job = kube.job(settings.job.name)
+    running = [c for c in job["status"]["conditions"] if c["type"] == "Running"]
+    assert running and running[0]["status"] == "True"
+    for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
+        pod = kube.get("pod", f"{settings.job.name}-{replica_type.lower()}-{index}")
+        assert pod["status"]["phase"] == "Running"
+
+
+# -- c. no changes right after up ---------------------------------------------------------------
+
+
+def test_preview_right_after_up_expects_no_changes(stack: Any) -> None:
+    stack.preview(expect_no_changes=True)
+
+
+def test_refresh_finds_no_drift(stack: Any) -> None:
+    result = stack.refresh()
+    changed = {op: n for op, n in (result.summary.resource_changes or {}).items() if op != "same"}
+    assert changed == {}, result.stdout
+
+
+# -- d. the registry password never appears in plain text ---------------------------------------
+
+
+def test_outputs_and_state_hold_no_plaintext_password(project: Project) -> None:
+    encoded = base64.b64encode(REGISTRY_PASSWORD.encode()).decode()
+    for args in (("stack", "output", "--json"), ("stack", "export")):
+        text = project.cli(*args, "--stack", STACK).stdout
+        assert REGISTRY_PASSWORD not in text, args
+        assert encoded not in text, args
+    # Pulumi marks each secret value in the state with this signature key, beside its ciphertext.
+    state = project.cli("stack", "export", "--stack", STACK).stdout
+    assert "4dabf18193072939515e22adb298388d" in state, "no value is marked secret in the state"
+    assert "ciphertext" in state
+
+
+# -- e. a spec change replaces the job; a metadata change updates it promptly -------------------
+
+
+def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
+    stack: Any, settings: StackSettings, kube: Any
+) -> None:
+    old_uid = kube.job(settings.job.name)["metadata"]["uid"]
+    stack.set_config(
+        f"{PROJECT}:job.totalEpochs",
+        auto.ConfigValue(str(settings.job.total_epochs + 2)),
+        path=True,
+    )
+    events: list[auto.EngineEvent] = []
+    stack.up(on_event=events.append)
+    job_steps = steps(events, JOB_TYPE)
+    assert job_steps.index("delete-replaced") < job_steps.index("create-replacement"), job_steps
+    job = kube.job(settings.job.name)
+    assert job["metadata"]["uid"] != old_uid
+    longer = replace(
+        settings, job=replace(settings.job, total_epochs=settings.job.total_epochs + 2)
+    )
+    assert contains(job, pytorchjob_manifest(longer, image=settings.image.ref)) == []
+
+
+def finish_job(kube: Any, settings: StackSettings) -> None:
+    """Report every pod as exited 0, as a kubelet would, and wait for the job to succeed."""
+    import time
+
+    for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
+        name = f"{settings.job.name}-{replica_type.lower()}-{index}"
+        pod = kube.core.read_namespaced_pod_status(name, NAMESPACE)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        statuses = [
+            {
+                "name": status.name,
+                "image": status.image,
+                "imageID": status.image_id or "",
+                "ready": False,
+                "restartCount": status.restart_count,
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": now,
+                        "finishedAt": now,
+                    }
+                },
+            }
+            for status in pod.status.container_statuses
+        ]
+        kube.core.patch_namespaced_pod_status(
+            name,
+            NAMESPACE,
+            {"status": {"phase": "Succeeded", "containerStatuses": statuses}},
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        conditions = (kube.job(settings.job.name).get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the job did not succeed: {conditions}")
+
+
+@pytest.mark.timeout(300)
+def test_metadata_change_of_a_finished_job_updates_it_promptly(
+    stack: Any, cluster: Cluster, settings: StackSettings, kube: Any
+) -> None:
+    if not cluster.fake_nodes:
+        pytest.skip("finishing the job by hand needs kwok's fake nodes")
+    finish_job(kube, settings)
+    uid = kube.job(settings.job.name)["metadata"]["uid"]
+    stack.set_config(f"{PROJECT}:labels.team", auto.ConfigValue("vision"), path=True)
+    events: list[auto.EngineEvent] = []
+    stack.up(on_event=events.append)
+    assert steps(events, JOB_TYPE) == ["update"]
+    job = kube.job(settings.job.name)
+    assert job["metadata"]["uid"] == uid
+    assert job["metadata"]["labels"]["team"] == "vision"
+
+
+# -- f. destroy keeps the retained claim, up again reuses it; unretained claims go --------------
+
+
+def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
+    stack: Any, cluster: Cluster, settings: StackSettings, kube: Any
+) -> None:
+    names = resource_names(settings)
+    claim = kube.get("persistent_volume_claim", names.claim)
+    volume = claim["spec"]["volumeName"]
+    if cluster.plane is not None:
+        (cluster.plane.volume_path(volume) / MARKER).write_text("epoch 6\n")
+
+    stack.destroy()
+    assert kube.job(names.job) is None
+    assert kube.get("secret", names.pull_secret) is None
+    kept = kube.get("persistent_volume_claim", names.claim)
+    assert kept is not None and kept["metadata"]["uid"] == claim["metadata"]["uid"]
+
+    result = stack.up()
+    assert result.summary.result == "succeeded"
+    reused = kube.get("persistent_volume_claim", names.claim)
+    assert reused["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert reused["spec"]["volumeName"] == volume
+    if cluster.plane is not None:
+        assert (cluster.plane.volume_path(volume) / MARKER).read_text() == "epoch 6\n"
+    assert kube.job(names.job) is not None
+
+
+def test_destroy_removes_the_claim_when_retain_on_destroy_is_false(
+    stack: Any, settings: StackSettings, kube: Any
+) -> None:
+    names = resource_names(settings)
+    stack.set_config(f"{PROJECT}:checkpoints.retainOnDestroy", auto.ConfigValue("false"), path=True)
+    stack.up()
+    stack.destroy()
+    assert kube.get("persistent_volume_claim", names.claim) is None
+    assert kube.job(names.job) is None

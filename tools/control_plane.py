@@ -1,0 +1,466 @@
+"""A real Kubernetes control plane on loopback, for the real-engine e2e suite.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator and
+kwok (fake nodes: pods get scheduled and reach Running without a kubelet or containers) run as
+plain processes from the binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What
+Pulumi talks to is therefore a genuine API server with the PyTorchJob CRD, real admission,
+server-side apply, garbage collection, PV binding and the operator's reconciliation.
+
+    python -m tools.control_plane --workdir /tmp/cp   # start, print the kubeconfig, wait for ^C
+
+The e2e suite uses `ControlPlane` as a context manager (tests/e2e/conftest.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
+OPERATOR_NAMESPACE = "kubeflow"
+STORAGE_CLASS = "e2e-local"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_COUNT = 2
+# Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
+NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+PERSISTENT_VOLUMES = 6
+STARTUP_TIMEOUT = 120.0
+
+
+def build_tools(*, quiet: bool = False) -> Path:
+    """Build (or find cached) the e2e binaries and return their directory.
+
+    The script prints progress on stderr (passed through, so a cold build shows what it does) and
+    the bin directory as its last stdout line."""
+    result = subprocess.run(
+        ["bash", str(TOOLS_SCRIPT)],
+        check=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL if quiet else None,
+        text=True,
+    )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ControlPlaneError(RuntimeError):
+    """A component did not start; the message names it and ends with its log's last lines."""
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+
+    def tail(self, lines: int = 30) -> str:
+        self.log.flush()
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+@dataclass
+class ControlPlane:
+    """Start with `with ControlPlane(bin_dir, workdir) as cp:`; `cp.kubeconfig` is ready then."""
+
+    bin_dir: Path
+    workdir: Path
+    kubeconfig: Path = field(init=False)
+    volumes_dir: Path = field(init=False)
+    server: str = field(init=False)
+    _processes: list[_Process] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.volumes_dir = self.workdir / "volumes"
+        self.server = ""
+
+    @property
+    def crd(self) -> Path:
+        return self.bin_dir.parent / "crds" / "kubeflow.org_pytorchjobs.yaml"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        token = secrets.token_hex(16)
+        etcd_url = self._start_etcd()
+        self._start_apiserver(etcd_url, token)
+        self._write_kubeconfig(token)
+        self._start("kube-controller-manager", self._controller_manager_args())
+        self._start(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+            ],
+        )
+        self._install_crd()
+        self._prepare_operator_namespace()
+        self._start_operator()
+        self._start_kwok()
+        self._create_nodes()
+        self._create_storage()
+
+    def stop(self) -> None:
+        """Terminate every component (newest first) and wait until none is left."""
+        for process in reversed(self._processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in reversed(self._processes):
+            try:
+                process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.popen.pid, signal.SIGKILL)
+                process.popen.wait()
+            process.log.close()
+        self._processes.clear()
+
+    def pids(self) -> list[int]:
+        return [process.popen.pid for process in self._processes]
+
+    # -- components -----------------------------------------------------------------------------
+
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> _Process:
+        log_path = self.workdir / f"{name}.log"
+        log = log_path.open("ab")
+        popen = subprocess.Popen(
+            [str(self.bin_dir / name), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        process = _Process(name, popen, log_path, log)
+        self._processes.append(process)
+        return process
+
+    def _wait(self, process: _Process, what: str, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise ControlPlaneError(
+                    f"{process.name} exited ({process.popen.returncode}) before {what}:\n"
+                    + process.tail()
+                )
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.3)
+        raise ControlPlaneError(
+            f"{process.name}: no {what} after {STARTUP_TIMEOUT:.0f}s:\n" + process.tail()
+        )
+
+    def _start_etcd(self) -> str:
+        client, peer = free_port(), free_port()
+        url = f"http://127.0.0.1:{client}"
+        process = self._start(
+            "etcd",
+            [
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={url}",
+                f"--advertise-client-urls={url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--name=default",
+                "--quota-backend-bytes=2147483648",
+                "--log-level=warn",
+            ],
+        )
+        self._wait(process, "health", lambda: _http_ok(f"{url}/health"))
+        return url
+
+    def _start_apiserver(self, etcd_url: str, token: str) -> None:
+        pki = self.workdir / "pki"
+        pki.mkdir(exist_ok=True)
+        service_account_key = pki / "service-account.key"
+        if not service_account_key.exists():
+            subprocess.run(
+                ["openssl", "genrsa", "-out", str(service_account_key), "2048"],
+                check=True,
+                capture_output=True,
+            )
+        tokens = pki / "tokens.csv"
+        tokens.write_text(f'{token},admin,admin,"system:masters"\n')
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        self._service_account_key = service_account_key
+        process = self._start(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={pki}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={service_account_key}",
+                f"--service-account-signing-key-file={service_account_key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                # Service IPs are only numbers kept in etcd here: nothing routes to them.
+                "--service-cluster-ip-range=10.0.0.0/24",
+                # The API server's own endpoints would be 127.0.0.1, which Endpoints forbid.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+            ],
+        )
+        ca = pki / "apiserver.crt"
+        self._wait(
+            process,
+            "/readyz",
+            lambda: ca.exists() and _http_ok(f"{self.server}/readyz", ca=ca, token=token),
+        )
+
+    def _write_kubeconfig(self, token: str) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.workdir / "pki" / "apiserver.crt"),
+                    },
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+            "current-context": "e2e",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def _controller_manager_args(self) -> list[str]:
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            f"--service-account-private-key-file={self._service_account_key}",
+            f"--root-ca-file={self.workdir / 'pki' / 'apiserver.crt'}",
+            "--use-service-account-credentials=false",
+            # Only what the stack exercises: namespaces, service accounts and their tokens, PV
+            # binding, garbage collection (pods of a deleted job) and the TTL of finished jobs.
+            "--controllers=namespace,serviceaccount,serviceaccount-token,"
+            "persistentvolume-binder,garbage-collector,ttl-after-finished,resourcequota",
+        ]
+
+    def _start_operator(self) -> None:
+        probe = free_port()
+        process = self._start(
+            "training-operator",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                "--enable-scheme=pytorchjob",
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                f"--health-probe-bind-address=127.0.0.1:{probe}",
+                f"--webhook-server-port={free_port()}",
+            ],
+            env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
+        )
+        self._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
+
+    def _start_kwok(self) -> None:
+        process = self._start(
+            "kwok",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+                f"--server-address=127.0.0.1:{free_port()}",
+                f"--node-port={free_port()}",
+                "--node-ip=127.0.0.1",
+                "--cidr=127.1.0.1/16",
+            ],
+        )
+        self._wait(process, "start", lambda: "Starting" in process.tail(200) or True)
+
+    # -- objects --------------------------------------------------------------------------------
+
+    def api(self) -> Any:
+        """A kubernetes.client.ApiClient for this control plane."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def _install_crd(self) -> None:
+        from kubernetes import client, utils
+
+        api = self.api()
+        utils.create_from_yaml(api, str(self.crd))
+        extensions = client.ApiextensionsV1Api(api)
+        self._poll(
+            "the PyTorchJob CRD to be established",
+            lambda: any(
+                condition.type == "Established" and condition.status == "True"
+                for condition in extensions.read_custom_resource_definition(
+                    "pytorchjobs.kubeflow.org"
+                ).status.conditions
+                or []
+            ),
+        )
+
+    def _prepare_operator_namespace(self) -> None:
+        """What the operator's own manifests install beside it: its namespace, the Secret its
+        webhook certificate rotator fills in, and the webhook configuration it injects the CA
+        into. The configuration lists no webhook: the API server cannot reach a webhook on
+        loopback through a Service, and the policy pack enforces the same admission rules."""
+        from kubernetes import client
+
+        api = self.api()
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE}})
+        core.create_namespaced_secret(
+            OPERATOR_NAMESPACE, {"metadata": {"name": "training-operator-webhook-cert"}}
+        )
+        client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(
+            {"metadata": {"name": "validator.training-operator.kubeflow.org"}, "webhooks": []}
+        )
+
+    def _create_nodes(self) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api())
+        for index in range(NODE_COUNT):
+            name = f"kwok-node-{index}"
+            core.create_node(
+                {
+                    "metadata": {
+                        "name": name,
+                        "annotations": {KWOK_ANNOTATION: "fake"},
+                        "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+                    },
+                    "status": {"allocatable": NODE_CAPACITY, "capacity": NODE_CAPACITY},
+                }
+            )
+        self._poll(
+            "kwok to mark the nodes Ready",
+            lambda: all(
+                any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+                for node in core.list_node().items
+            ),
+        )
+
+    def _create_storage(self) -> None:
+        """A default StorageClass and pre-made hostPath volumes, so claims bind as on a cluster
+        with a provisioner; each volume's directory is where its data lives on this machine."""
+        from kubernetes import client
+
+        api = self.api()
+        client.StorageV1Api(api).create_storage_class(
+            {
+                "metadata": {
+                    "name": STORAGE_CLASS,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+                },
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "Immediate",
+                "reclaimPolicy": "Retain",
+            }
+        )
+        core = client.CoreV1Api(api)
+        for index in range(PERSISTENT_VOLUMES):
+            path = self.volumes_dir / f"pv-{index}"
+            path.mkdir(parents=True, exist_ok=True)
+            core.create_persistent_volume(
+                {
+                    "metadata": {"name": f"e2e-pv-{index}"},
+                    "spec": {
+                        "capacity": {"storage": "20Ti"},
+                        "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": STORAGE_CLASS,
+                        "volumeMode": "Filesystem",
+                        "hostPath": {"path": str(path), "type": "Directory"},
+                    },
+                }
+            )
+
+    def volume_path(self, pv_name: str) -> Path:
+        return self.volumes_dir / pv_name.removeprefix("e2e-")
+
+    @staticmethod
+    def _poll(what: str, ready: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.3)
+        raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _http_ok(url: str, *, ca: Path | None = None, token: str | None = None) -> bool:
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(ca)) if ca else None
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=2, context=context) as response:
+        return response.status == 200
+
+
+@contextlib.contextmanager
+def running(workdir: Path, bin_dir: Path | None = None) -> Iterator[ControlPlane]:
+    with ControlPlane(bin_dir or build_tools(), workdir) as plane:
+        yield plane
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.control_plane", description=__doc__)
+    parser.add_argument("--workdir", type=Path, required=True, help="state, logs, kubeconfig")
+    args = parser.parse_args(argv)
+    with running(args.workdir) as plane:
+        print(f"control plane up: export KUBECONFIG={plane.kubeconfig}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
