@@ -133,7 +133,7 @@ def test_preview_with_policy_pack_passes(stack: Any, policy_pack: Any) -> None:
     result = stack.preview(policy_packs=[str(policy_pack)], diff=True)
     # Provider, claim, secret, job, four components and the stack itself.
     assert result.change_summary.get(auto.OpType.CREATE, 0) == 9, result.stdout
-    assert "pytorch-distributed-policies" in result.stdout or "Policies" in result.stdout
+    assert "✅ pytorch-distributed-guardrails" in result.stdout, result.stdout
 
 
 def test_policy_pack_blocks_a_violating_change(stack: Any, policy_pack: Any) -> None:
