@@ -56,7 +56,7 @@ pytest: $(STAMP) ## Run the test suite (all but the real-engine suite).
 e2e-tools: ## Build (or find cached) the Pulumi CLI, providers and control plane for `make e2e`.
 	scripts/e2e-tools.sh
 
-e2e: $(STAMP) $(POLICY_STAMP) ## The real engine: pulumi preview/up/destroy against a local control plane.
+e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engine: pulumi preview/up/destroy against a local control plane.
 	$(BIN)/python -m pytest tests/e2e -p no:cacheprovider
 
 local: $(STAMP) ## Run the STACK's (default dev) training job on this machine.

@@ -17,9 +17,11 @@ PULUMI_VERSION=3.260.0
 # provider/v4 module is required by pseudo-version.
 KUBERNETES_PROVIDER_VERSION=4.25.0
 KUBERNETES_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
-# provider/v4 replaces its own sdk/v4 with ../sdk; the proxy serves no sdk/v4 v4.25.0, so the
-# nearest published one that it does serve stands in for the two helper packages that use it.
-KUBERNETES_PROVIDER_SDK_VERSION=v4.29.0
+# provider/v4 replaces its own sdk/v4 with ../sdk; the proxy serves no sdk/v4 v4.25.0, so a
+# published one it does serve stands in for the two helper packages that use it: the newest
+# whose pulumi sdk/v3 requirement does not lift sdk/v3 past the provider's pkg/v3 (a newer
+# sdk/v4 pulls sdk/v3 forward and pkg/v3 v3.215.0 no longer compiles against it).
+KUBERNETES_PROVIDER_SDK_VERSION=v4.22.2
 KUBERNETES_VERSION=1.34.2
 TRAINING_OPERATOR_VERSION=1.9.3
 KWOK_VERSION=0.8.0
@@ -142,6 +144,12 @@ build_training_operator() {
 
 build_kwok() {
   GOBIN="$root/src/gobin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  # kwok plays no stage unless configured: the same "fast" node and pod stages kwokctl uses.
+  local source
+  source=$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$root/kwok-stages"
+  cp "$source"/kustomize/stage/node/fast/node-initialize.yaml \
+    "$source"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml "$root/kwok-stages/"
   mv "$root/src/gobin/kwok" "$bin/kwok"
 }
 

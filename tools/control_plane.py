@@ -89,12 +89,14 @@ class ControlPlane:
     volumes_dir: Path = field(init=False)
     server: str = field(init=False)
     _processes: list[_Process] = field(default_factory=list, init=False)
+    _service_account_key: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig = self.workdir / "kubeconfig"
         self.volumes_dir = self.workdir / "volumes"
         self.server = ""
+        self._service_account_key = self.workdir / "pki" / "service-account.key"
 
     @property
     def crd(self) -> Path:
@@ -213,7 +215,7 @@ class ControlPlane:
     def _start_apiserver(self, etcd_url: str, token: str) -> None:
         pki = self.workdir / "pki"
         pki.mkdir(exist_ok=True)
-        service_account_key = pki / "service-account.key"
+        service_account_key = self._service_account_key
         if not service_account_key.exists():
             subprocess.run(
                 ["openssl", "genrsa", "-out", str(service_account_key), "2048"],
@@ -224,7 +226,6 @@ class ControlPlane:
         tokens.write_text(f'{token},admin,admin,"system:masters"\n')
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
-        self._service_account_key = service_account_key
         process = self._start(
             "kube-apiserver",
             [
@@ -283,9 +284,10 @@ class ControlPlane:
             f"--root-ca-file={self.workdir / 'pki' / 'apiserver.crt'}",
             "--use-service-account-credentials=false",
             # Only what the stack exercises: namespaces, service accounts and their tokens, PV
-            # binding, garbage collection (pods of a deleted job) and the TTL of finished jobs.
-            "--controllers=namespace,serviceaccount,serviceaccount-token,"
-            "persistentvolume-binder,garbage-collector,ttl-after-finished,resourcequota",
+            # binding and the claim/volume protection finalizers, and garbage collection (the
+            # pods and services of a deleted job).
+            "--controllers=namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,"
+            "persistentvolume-binder,pvc-protection,pv-protection,garbage-collector",
         ]
 
     def _start_operator(self) -> None:
@@ -304,19 +306,22 @@ class ControlPlane:
         self._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
 
     def _start_kwok(self) -> None:
+        server = free_port()
+        stages = sorted((self.bin_dir.parent / "kwok-stages").glob("*.yaml"))
         process = self._start(
             "kwok",
             [
+                *(f"--config={stage}" for stage in stages),
                 f"--kubeconfig={self.kubeconfig}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-                f"--server-address=127.0.0.1:{free_port()}",
+                f"--server-address=127.0.0.1:{server}",
                 f"--node-port={free_port()}",
                 "--node-ip=127.0.0.1",
                 "--cidr=127.1.0.1/16",
             ],
         )
-        self._wait(process, "start", lambda: "Starting" in process.tail(200) or True)
+        self._wait(process, "/healthz", lambda: _http_ok(f"http://127.0.0.1:{server}/healthz"))
 
     # -- objects --------------------------------------------------------------------------------
 
@@ -385,39 +390,7 @@ class ControlPlane:
         )
 
     def _create_storage(self) -> None:
-        """A default StorageClass and pre-made hostPath volumes, so claims bind as on a cluster
-        with a provisioner; each volume's directory is where its data lives on this machine."""
-        from kubernetes import client
-
-        api = self.api()
-        client.StorageV1Api(api).create_storage_class(
-            {
-                "metadata": {
-                    "name": STORAGE_CLASS,
-                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
-                },
-                "provisioner": "kubernetes.io/no-provisioner",
-                "volumeBindingMode": "Immediate",
-                "reclaimPolicy": "Retain",
-            }
-        )
-        core = client.CoreV1Api(api)
-        for index in range(PERSISTENT_VOLUMES):
-            path = self.volumes_dir / f"pv-{index}"
-            path.mkdir(parents=True, exist_ok=True)
-            core.create_persistent_volume(
-                {
-                    "metadata": {"name": f"e2e-pv-{index}"},
-                    "spec": {
-                        "capacity": {"storage": "20Ti"},
-                        "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": STORAGE_CLASS,
-                        "volumeMode": "Filesystem",
-                        "hostPath": {"path": str(path), "type": "Directory"},
-                    },
-                }
-            )
+        create_hostpath_storage(self.api(), self.volumes_dir)
 
     def volume_path(self, pv_name: str) -> Path:
         return self.volumes_dir / pv_name.removeprefix("e2e-")
@@ -431,6 +404,47 @@ class ControlPlane:
                     return
             time.sleep(0.3)
         raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def create_hostpath_storage(api: Any, directory: Path, *, on_this_machine: bool = True) -> None:
+    """A default StorageClass and pre-made hostPath volumes (ReadWriteOnce and ReadWriteMany), so
+    claims bind as on a cluster with a provisioner. Each volume's directory is where its data
+    lives: on this machine for the local control plane, inside the node for a one-node cluster
+    such as kind (`on_this_machine=False`: the node creates the directory)."""
+    from kubernetes import client
+
+    client.StorageV1Api(api).create_storage_class(
+        {
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+            "reclaimPolicy": "Retain",
+        }
+    )
+    core = client.CoreV1Api(api)
+    for index in range(PERSISTENT_VOLUMES):
+        path = directory / f"pv-{index}"
+        if on_this_machine:
+            path.mkdir(parents=True, exist_ok=True)
+        core.create_persistent_volume(
+            {
+                "metadata": {"name": f"e2e-pv-{index}"},
+                "spec": {
+                    "capacity": {"storage": "20Ti"},
+                    "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": STORAGE_CLASS,
+                    "volumeMode": "Filesystem",
+                    "hostPath": {
+                        "path": str(path),
+                        "type": "Directory" if on_this_machine else "DirectoryOrCreate",
+                    },
+                },
+            }
+        )
 
 
 def _http_ok(url: str, *, ca: Path | None = None, token: str | None = None) -> bool:

@@ -5,9 +5,10 @@ Two ways to run it:
   and starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the training operator
   and kwok on loopback (tools/control_plane.py);
 - against your own CLI and cluster: `PD_E2E_PULUMI=$(command -v pulumi)
-  PD_E2E_KUBECONFIG=~/.kube/config make e2e` (e.g. kind from scripts/kind-up.sh with the training
-  operator installed); the checks that act as the kubelet (finishing a job) need kwok's fake
-  nodes and are skipped there.
+  PD_E2E_KUBECONFIG=~/.kube/config PD_E2E_IMAGE_REF=<trainer image@sha256:...> make e2e` (e.g.
+  kind from scripts/kind-up.sh, with the training operator); `PD_E2E_STORAGE=hostpath` adds the
+  suite's hostPath volumes for a one-node cluster without a ReadWriteMany provisioner. There the
+  pods really run the trainer, so the job finishes by itself instead of by the suite's hand.
 
 The program runs through the Automation API's inline language server, in this process, with the
 real CLI as the engine: the Python language host (`pulumi-language-python`) is the one part of
@@ -29,7 +30,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from tools.control_plane import ControlPlane, build_tools
+from tools.control_plane import ControlPlane, build_tools, create_hostpath_storage
 
 PROJECT = "pytorch-distributed"
 STACK = "e2e"
@@ -75,7 +76,10 @@ def toolchain() -> Toolchain:
 def cluster(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     kubeconfig = os.environ.get("PD_E2E_KUBECONFIG")
     if kubeconfig:
-        yield Cluster(Path(kubeconfig), None)
+        cluster = Cluster(Path(kubeconfig), None)
+        if os.environ.get("PD_E2E_STORAGE") == "hostpath":
+            create_hostpath_storage(cluster.api(), Path("/var/local/pd-e2e"), on_this_machine=False)
+        yield cluster
         return
     assert toolchain.bin_dir is not None
     with ControlPlane(toolchain.bin_dir, tmp_path_factory.mktemp("control-plane")) as plane:
@@ -136,7 +140,11 @@ def project(
     work_dir = root / "project"
     work_dir.mkdir()
     shutil.copy(REPO_ROOT / "Pulumi.yaml", work_dir / "Pulumi.yaml")
-    shutil.copy(STACK_FILE, work_dir / f"Pulumi.{STACK}.yaml")
+    stack_file = yaml.safe_load(STACK_FILE.read_text())
+    image_ref = os.environ.get("PD_E2E_IMAGE_REF")
+    if image_ref:
+        stack_file["config"][f"{PROJECT}:image"]["ref"] = image_ref
+    (work_dir / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack_file, sort_keys=False))
     (root / "state").mkdir()
     path = os.environ["PATH"]
     if toolchain.bin_dir is not None:
@@ -166,5 +174,5 @@ def project(
     return project
 
 
-def stack_config() -> dict[str, Any]:
-    return yaml.safe_load(STACK_FILE.read_text())["config"]
+def stack_config(project: Project) -> dict[str, Any]:
+    return yaml.safe_load((project.work_dir / f"Pulumi.{STACK}.yaml").read_text())["config"]

@@ -51,8 +51,8 @@ def stack(project: Project) -> Any:
 
 
 @pytest.fixture(scope="module")
-def settings() -> StackSettings:
-    return settings_from(stack_config())
+def settings(project: Project) -> StackSettings:
+    return settings_from(stack_config(project))
 
 
 @pytest.fixture(scope="module")
@@ -225,14 +225,16 @@ def test_operator_creates_pods_and_services_with_the_emulated_environment(
 
 
 def test_up_with_wait_for_running_returns_once_the_pods_run(
-    settings: StackSettings, kube: Any
+    cluster: Cluster, settings: StackSettings, kube: Any
 ) -> None:
+    # On kwok the pods run until told otherwise; on a real cluster the small job may be done.
+    reached = {"Running"} if cluster.fake_nodes else {"Running", "Succeeded"}
     job = kube.job(settings.job.name)
-    running = [c for c in job["status"]["conditions"] if c["type"] == "Running"]
-    assert running and running[0]["status"] == "True"
+    true = {c["type"] for c in job["status"]["conditions"] if c["status"] == "True"}
+    assert true & reached, job["status"]["conditions"]
     for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
         pod = kube.get("pod", f"{settings.job.name}-{replica_type.lower()}-{index}")
-        assert pod["status"]["phase"] == "Running"
+        assert pod["status"]["phase"] in reached
 
 
 # -- c. no changes right after up ---------------------------------------------------------------
@@ -287,11 +289,14 @@ def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
     assert contains(job, pytorchjob_manifest(longer, image=settings.image.ref)) == []
 
 
-def finish_job(kube: Any, settings: StackSettings) -> None:
-    """Report every pod as exited 0, as a kubelet would, and wait for the job to succeed."""
+def finish_job(cluster: Cluster, kube: Any, settings: StackSettings) -> None:
+    """On kwok, report every pod as exited 0, as a kubelet would; then wait for the job to
+    succeed (on a real cluster the trainer finishes it)."""
     import time
 
     for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
+        if not cluster.fake_nodes:
+            break
         name = f"{settings.job.name}-{replica_type.lower()}-{index}"
         pod = kube.core.read_namespaced_pod_status(name, NAMESPACE)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -318,7 +323,7 @@ def finish_job(kube: Any, settings: StackSettings) -> None:
             NAMESPACE,
             {"status": {"phase": "Succeeded", "containerStatuses": statuses}},
         )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         conditions = (kube.job(settings.job.name).get("status") or {}).get("conditions") or []
         if any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions):
@@ -327,13 +332,11 @@ def finish_job(kube: Any, settings: StackSettings) -> None:
     raise AssertionError(f"the job did not succeed: {conditions}")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_metadata_change_of_a_finished_job_updates_it_promptly(
     stack: Any, cluster: Cluster, settings: StackSettings, kube: Any
 ) -> None:
-    if not cluster.fake_nodes:
-        pytest.skip("finishing the job by hand needs kwok's fake nodes")
-    finish_job(kube, settings)
+    finish_job(cluster, kube, settings)
     uid = kube.job(settings.job.name)["metadata"]["uid"]
     stack.set_config(f"{PROJECT}:labels.team", auto.ConfigValue("vision"), path=True)
     events: list[auto.EngineEvent] = []
