@@ -36,6 +36,13 @@ RANK0 = DistContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu
 SLOW_COMMITS = {"TRAINER_CHECKPOINT_WRITE_DELAY": "2"}
 
 
+def _last_logged_epoch(directory: Path) -> int:
+    try:
+        return max((int(row["epoch"]) for row in read_metrics(directory)), default=0)
+    except OSError:
+        return 0
+
+
 def test_the_model_learns(reference_run: Path) -> None:
     rows = [json.loads(line) for line in (reference_run / "metrics.jsonl").read_text().splitlines()]
     assert [row["epoch"] for row in rows] == list(range(1, TOTAL_EPOCHS + 1))
@@ -76,6 +83,8 @@ def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
     directory = tmp_path / "ckpt"
     job = Background(reference_args(directory), tmp_path / "first.log", env=SLOW_COMMITS)
     wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    # Kill once an epoch past the checkpoint is in the history, so the resume has rows to drop.
+    wait_until(lambda: _last_logged_epoch(directory) > SAVE_EVERY, "an epoch after it")
     job.kill_all()
     job.wait()
     killed_at = inspect(directory)["epochs_completed"]
