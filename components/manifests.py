@@ -197,6 +197,8 @@ def trainer_args(settings: StackSettings) -> list[str]:
     ]
     if job.task is not None:
         args += ["--task", job.task]
+    if job.init_from is not None:
+        args += ["--init-from", job.init_from]
     return args
 
 

@@ -110,6 +110,7 @@ _ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
         "saveEvery",
         "datasetSize",
         "task",
+        "initFrom",
         "maxRestarts",
         "backoffLimit",
         "cpu",
@@ -176,6 +177,8 @@ class JobSettings:
     ttl_seconds_after_finished: int | None
     active_deadline_seconds: int | None
     clean_pod_policy: str
+    # A checkpoint file or directory on the claim whose weights seed this (new) job.
+    init_from: str | None = None
 
     @property
     def workers(self) -> int:
@@ -522,6 +525,7 @@ def _parse_job(section: _Section) -> JobSettings:
     ttl = section.integer("ttlSecondsAfterFinished", None, 0)
     deadline = section.integer("activeDeadlineSeconds", None, 1)
     clean_pod_policy = section.choice("cleanPodPolicy", "None", CLEAN_POD_POLICIES)
+    init_from = section.string("initFrom", None)
     return JobSettings(
         name=name,
         nodes=nodes,
@@ -539,6 +543,7 @@ def _parse_job(section: _Section) -> JobSettings:
         ttl_seconds_after_finished=ttl,
         active_deadline_seconds=deadline,
         clean_pod_policy=clean_pod_policy,
+        init_from=init_from,
     )
 
 
@@ -577,6 +582,31 @@ def _parse_labels(raw: Any) -> Mapping[str, str]:
             )
         labels[str(name)] = value
     return labels
+
+
+def _check_init_from(job: JobSettings, checkpoints: CheckpointSettings) -> None:
+    """job.initFrom must be a path on the claim (the only storage the pods share), and not this
+    job's own checkpoint directory: a warm start is a new run with a directory of its own."""
+    value = job.init_from
+    if value is None:
+        return
+    mount = checkpoints.mount_path
+    own = f"{mount}/{job.name}"
+    parts = value.split("/")
+    if not value.startswith(mount + "/") or any(part in ("", ".", "..") for part in parts[1:]):
+        raise _fail(
+            "job.initFrom",
+            value,
+            f"expected a checkpoint directory or file on the claim, under {mount}/ "
+            f"(e.g. {mount}/<previous job.name>), without '..' or a trailing '/'",
+        )
+    if value == own or value.startswith(own + "/"):
+        raise _fail(
+            "job.initFrom",
+            value,
+            f"this is the job's own checkpoint directory {own}; a warm start writes a new run: "
+            "give the job a new job.name and point job.initFrom at the old one",
+        )
 
 
 def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackSettings:
@@ -624,6 +654,7 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
             f"ReadWriteOncePod lets one pod mount the claim but job.nodes is {job.nodes}; "
             "use ReadWriteMany (or ReadWriteOnce, which co-locates the pods on one node)",
         )
+    _check_init_from(job, checkpoints)
     return StackSettings(
         platform=platform,
         namespace=namespace,

@@ -1,18 +1,25 @@
 """The environment the Kubeflow training operator injects into each PyTorchJob pod.
 
 Pure functions over the PyTorchJob dict, so a local run sees exactly what a pod on the cluster
-would see. The rules follow training-operator v1.8 (`pkg/controller.v1/pytorch/envvar.go`,
-`master.go`):
+would see. The rules follow training-operator v1.9 (`pkg/controller.v1/pytorch/envvar.go`,
+`master.go`, `elastic.go`), applied to the job after the API defaulter
+(`pkg/apis/kubeflow.org/v1/pytorch_defaults.go`) has filled it in:
 
-* every container gets PYTHONUNBUFFERED="0" (any non-empty value makes Python unbuffered);
+* defaults: replicas 1; a port named `pytorchjob-port` (23456) on the `pytorch` container;
+  spec.nprocPerNode "auto" unless elasticPolicy.nProcPerNode is set; elasticPolicy's
+  minReplicas/maxReplicas from each other, or both from the Worker replicas;
+* every container gets PYTHONUNBUFFERED="1";
 * when the job has a Master replica spec: MASTER_ADDR and PET_MASTER_ADDR are the master's
-  service name `<job>-master-0`; MASTER_PORT and PET_MASTER_PORT are the `containerPort` of the
-  port named `pytorchjob-port` on the Master's `pytorch` container (the operator errors when it
-  is missing; the API defaulter adds 23456 when no such port exists, so we do the same);
-  WORLD_SIZE = (sum of all replicas) * nprocPerNode (1 when nprocPerNode is not an integer, e.g.
-  "auto"); RANK and PET_NODE_RANK = the replica index for the master, index + 1 for workers;
-  PET_NPROC_PER_NODE = spec.nprocPerNode verbatim (defaulted to "auto");
-* without an elasticPolicy, PET_NNODES = the sum of all replicas.
+  service name `<job>-master-0`; MASTER_PORT and PET_MASTER_PORT the Master's `pytorchjob-port`;
+  WORLD_SIZE = (sum of all replicas) * nprocPerNode (1 when it is not an integer, e.g. "auto");
+  RANK and PET_NODE_RANK = the replica index for the master, index + 1 for workers;
+* whenever spec.nprocPerNode is set (after defaulting): PET_NPROC_PER_NODE, verbatim, with or
+  without a Master;
+* with an elasticPolicy: PET_RDZV_ENDPOINT = (rdzvHost or `<job>-worker-0`):(rdzvPort or the
+  Worker's `pytorchjob-port`), PET_RDZV_BACKEND (rdzvBackend or "c10d"), PET_NNODES =
+  "minReplicas:maxReplicas", and when set PET_MAX_RESTARTS, PET_NPROC_PER_NODE (the deprecated
+  elasticPolicy.nProcPerNode), PET_RDZV_ID, PET_RDZV_CONF ("k=v,k=v") and PET_STANDALONE ("");
+  without one, PET_NNODES = the sum of all replicas.
 
 The operator appends these after the container's own env; Kubernetes lets the last entry of a
 duplicated name win, so `pod_environment` layers them in that order.
@@ -29,6 +36,7 @@ DEFAULT_CONTAINER_NAME = "pytorch"
 DEFAULT_PORT_NAME = "pytorchjob-port"
 DEFAULT_PORT = 23456
 DEFAULT_NPROC_PER_NODE = "auto"
+DEFAULT_RDZV_BACKEND = "c10d"
 
 
 class OperatorEnvError(ValueError):
@@ -56,23 +64,38 @@ def pod_name(job_name: str, replica_type: str, index: int) -> str:
     return f"{job_name}-{replica_type.lower()}-{index}".replace("/", "-")
 
 
-def nproc_per_node(job: Mapping[str, Any]) -> str:
+def _elastic(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    policy = job.get("spec", {}).get("elasticPolicy")
+    if policy is not None and not isinstance(policy, Mapping):
+        raise OperatorEnvError("spec.elasticPolicy must be a mapping")
+    return policy
+
+
+def nproc_per_node(job: Mapping[str, Any]) -> str | None:
+    """spec.nprocPerNode after the defaulter: "auto" unless the job sets it or sets the
+    deprecated elasticPolicy.nProcPerNode (then the operator leaves it unset)."""
     value = job.get("spec", {}).get("nprocPerNode")
-    return DEFAULT_NPROC_PER_NODE if value is None else str(value)
+    if value is not None:
+        return str(value)
+    elastic = _elastic(job)
+    if elastic is not None and elastic.get("nProcPerNode") is not None:
+        return None
+    return DEFAULT_NPROC_PER_NODE
 
 
 def _nproc_per_node_int(job: Mapping[str, Any]) -> int:
     try:
-        return int(nproc_per_node(job))
+        return int(nproc_per_node(job) or "")
     except ValueError:
-        return 1  # "auto"/"cpu"/"gpu": torchrun decides, the operator counts one per pod
+        return 1  # "auto"/"cpu"/"gpu"/unset: torchrun decides, the operator counts one per pod
 
 
-def master_port(job: Mapping[str, Any]) -> int:
-    master = replica_specs(job).get(MASTER)
-    if master is None:
-        raise OperatorEnvError("the job has no Master replica spec")
-    containers = master.get("template", {}).get("spec", {}).get("containers", [])
+def replica_port(job: Mapping[str, Any], replica_type: str) -> int:
+    """The `pytorchjob-port` of a replica's `pytorch` container (defaulted to 23456)."""
+    spec = replica_specs(job).get(replica_type)
+    if spec is None:
+        raise OperatorEnvError(f"the job has no {replica_type} replica spec")
+    containers = spec.get("template", {}).get("spec", {}).get("containers", [])
     for container in containers:
         if container.get("name") != DEFAULT_CONTAINER_NAME:
             continue
@@ -81,13 +104,52 @@ def master_port(job: Mapping[str, Any]) -> int:
                 return int(port["containerPort"])
         return DEFAULT_PORT
     raise OperatorEnvError(
-        f"the Master replica has no container named {DEFAULT_CONTAINER_NAME!r}; "
+        f"the {replica_type} replica has no container named {DEFAULT_CONTAINER_NAME!r}; "
         "the operator needs it to find the rendezvous port"
     )
 
 
+def master_port(job: Mapping[str, Any]) -> int:
+    return replica_port(job, MASTER)
+
+
+def _elastic_env(job: Mapping[str, Any], policy: Mapping[str, Any]) -> dict[str, str]:
+    specs = replica_specs(job)
+    if WORKER not in specs:
+        raise OperatorEnvError("an elasticPolicy needs a Worker replica spec (the operator's rule)")
+    if policy.get("nProcPerNode") is not None and job["spec"].get("nprocPerNode") is not None:
+        raise OperatorEnvError(
+            "spec.elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode"
+        )
+    host = policy.get("rdzvHost") or pod_name(job["metadata"]["name"], WORKER, 0)
+    port = policy.get("rdzvPort")
+    port = int(port) if port is not None else replica_port(job, WORKER)
+    minimum, maximum = policy.get("minReplicas"), policy.get("maxReplicas")
+    if minimum is None and maximum is None:
+        minimum = maximum = replica_count(specs[WORKER])
+    minimum = maximum if minimum is None else minimum
+    maximum = minimum if maximum is None else maximum
+    env = {
+        "PET_RDZV_ENDPOINT": f"{host}:{port}",
+        "PET_RDZV_BACKEND": str(policy.get("rdzvBackend") or DEFAULT_RDZV_BACKEND),
+        "PET_NNODES": f"{int(minimum)}:{int(maximum)}",
+    }
+    if policy.get("maxRestarts") is not None:
+        env["PET_MAX_RESTARTS"] = str(int(policy["maxRestarts"]))
+    if policy.get("nProcPerNode") is not None:
+        env["PET_NPROC_PER_NODE"] = str(int(policy["nProcPerNode"]))
+    if policy.get("rdzvId") is not None:
+        env["PET_RDZV_ID"] = str(policy["rdzvId"])
+    if policy.get("rdzvConf"):
+        pairs = [f"{item.get('key', '')}={item.get('value', '')}" for item in policy["rdzvConf"]]
+        env["PET_RDZV_CONF"] = ",".join(pairs)
+    if policy.get("standalone") is True:
+        env["PET_STANDALONE"] = ""
+    return env
+
+
 def injected_env(job: Mapping[str, Any], replica_type: str, index: int) -> dict[str, str]:
-    """What the operator adds to the `pytorch` container of `<replica_type>` pod `index`."""
+    """What the operator adds to the containers of `<replica_type>` pod `index`."""
     specs = replica_specs(job)
     if replica_type not in specs:
         raise OperatorEnvError(f"the job has no {replica_type!r} replica spec")
@@ -95,7 +157,7 @@ def injected_env(job: Mapping[str, Any], replica_type: str, index: int) -> dict[
         raise OperatorEnvError(
             f"{replica_type} index {index} is outside 0..{replica_count(specs[replica_type]) - 1}"
         )
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "0"}
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     replicas = total_replicas(job)
     if MASTER in specs:
         address = pod_name(job["metadata"]["name"], MASTER, 0)
@@ -109,13 +171,22 @@ def injected_env(job: Mapping[str, Any], replica_type: str, index: int) -> dict[
                 "PET_MASTER_ADDR": address,
                 "WORLD_SIZE": str(replicas * _nproc_per_node_int(job)),
                 "RANK": str(rank),
-                "PET_NPROC_PER_NODE": nproc_per_node(job),
                 "PET_NODE_RANK": str(rank),
             }
         )
-    if job.get("spec", {}).get("elasticPolicy") is None:
+    nproc = nproc_per_node(job)
+    if nproc is not None:
+        env["PET_NPROC_PER_NODE"] = nproc
+    policy = _elastic(job)
+    if policy is not None:
+        env.update(_elastic_env(job, policy))
+    else:
         env["PET_NNODES"] = str(replicas)
     return env
+
+
+def is_elastic(job: Mapping[str, Any]) -> bool:
+    return _elastic(job) is not None
 
 
 def replica_pods(job: Mapping[str, Any]) -> list[tuple[str, int]]:

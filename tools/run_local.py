@@ -222,6 +222,13 @@ def replica_commands(
     master_port: int,
     visible_devices: Sequence[str],
 ) -> tuple[list[ReplicaCommand], list[str]]:
+    if operator_env.is_elastic(job):
+        raise LocalRunError(
+            "spec.elasticPolicy: the local runner emulates a static rendezvous only (torchrun "
+            "with a fixed --nnodes and a master address); an elastic job's c10d rendezvous at "
+            f"{operator_env.injected_env(job, operator_env.WORKER, 0)['PET_RDZV_ENDPOINT']} "
+            "and its min:max node range need a cluster"
+        )
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
     base = host_environment()
@@ -298,6 +305,12 @@ def print_summary(
         else f"none (no usable checkpoint in {checkpoint_dir})"
     )
     restarts = ", ".join(f"{pod} {count}" for pod, count in outcome.restarts.items())
+    if any(outcome.recreations.values()):
+        restarts += (
+            " (recreated: "
+            + ", ".join(f"{pod} {count}" for pod, count in outcome.recreations.items())
+            + ")"
+        )
     lines = [
         "",
         f"job {settings.job.name}: {outcome.status} ({outcome.reason})",
@@ -321,14 +334,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoint_root = (args.checkpoint_root or repo_root / ".checkpoints" / args.stack).resolve()
     checkpoint_root.mkdir(parents=True, exist_ok=True)
     job = pytorchjob_manifest(settings, image=LOCAL_IMAGE)
-    commands, notices = replica_commands(
-        job,
-        namespace=settings.namespace,
-        checkpoint_root=checkpoint_root,
-        repo_root=repo_root,
-        master_port=free_port(),
-        visible_devices=visible_devices,
-    )
+    try:
+        commands, notices = replica_commands(
+            job,
+            namespace=settings.namespace,
+            checkpoint_root=checkpoint_root,
+            repo_root=repo_root,
+            master_port=free_port(),
+            visible_devices=visible_devices,
+        )
+    except (LocalRunError, operator_env.OperatorEnvError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     checkpoint_dir = Path(
         PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
     )

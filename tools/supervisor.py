@@ -4,12 +4,16 @@ What the training operator and the kubelet do on a cluster, done here for local 
 
 * every replica ("pod") is its own session and process group, its output streamed line by line
   with the pod name as prefix;
-* a replica that exits non-zero is restarted in place (restartPolicy OnFailure/Always; ExitCode
-  restarts only exit codes 128-255), after a short delay like the kubelet's crash-loop backoff,
-  and once its peers have stopped too (see `_regroup`: the one deliberate deviation);
-* the restarts of all replicas share one counter and the job fails once it reaches backoffLimit
-  (the operator's `PastBackoffLimit` sums the containers' restart counts; limit 0 fails on the
-  first failure);
+* a replica that exits non-zero under restartPolicy OnFailure/Always is restarted in place (the
+  kubelet restarts the container), after a delay like the kubelet's crash-loop backoff, and once
+  its peers have stopped too (see `_regroup`: the one deliberate deviation);
+* those restarts of all replicas share one counter and the job fails once it reaches
+  backoffLimit (the operator's `PastBackoffLimit` sums the containers' restart counts; limit 0
+  fails on the first failure);
+* under restartPolicy ExitCode the operator gives the pod restartPolicy Never: an exit code of
+  128-255 (a signal, e.g. preemption) makes it delete the failed pod and create a new one, whose
+  container restart count starts at 0, so these recreations never reach backoffLimit (only
+  activeDeadlineSeconds bounds them); any other non-zero code fails the job at once;
 * the job succeeds when the success replica (the master) exits 0; the others get a little time
   to finish (they normally end with it), then are stopped like a deleted pod;
 * SIGINT/SIGTERM are forwarded as SIGTERM to every replica (what a pod deletion sends), SIGKILL
@@ -93,6 +97,7 @@ class JobOutcome:
     restarts: dict[str, int]
     exit_code: int
     wall_seconds: float = 0.0
+    recreations: dict[str, int] = field(default_factory=dict)  # ExitCode: pods replaced
 
 
 @dataclass
@@ -101,6 +106,7 @@ class _Replica:
     process: subprocess.Popen[bytes] | None = None
     reader: threading.Thread | None = None
     restarts: int = 0
+    recreations: int = 0
     state: str = "pending"  # pending | running | waiting | succeeded | failed
     restart_at: float = 0.0
     sessions: list[int] = field(default_factory=list)
@@ -229,8 +235,9 @@ class Supervisor:
                 return self._outcome("Succeeded", f"{name} succeeded", 0)
             return None
         policy = replica.command.restart_policy
-        retryable = policy in {"OnFailure", "Always"} or (policy == "ExitCode" and code >= 128)
-        if not retryable:
+        if policy == "ExitCode":
+            return self._on_exit_code_policy(replica, code)
+        if policy not in {"OnFailure", "Always"}:
             replica.state = "failed"
             return self._outcome(
                 "Failed", f"{name} failed with exit code {code} (restartPolicy {policy})", 1
@@ -254,6 +261,31 @@ class Supervisor:
             f"(job restart {self._total_restarts}"
             + (f" of backoffLimit {limit})" if limit is not None else ")")
         )
+        self._wait_for_peers(name)
+        return None
+
+    def _on_exit_code_policy(self, replica: _Replica, code: int) -> JobOutcome | None:
+        name = replica.command.name
+        if code < 128:
+            replica.state = "failed"
+            return self._outcome(
+                "Failed",
+                f"{name} failed with exit code {code}, which restartPolicy ExitCode does not "
+                "retry (only 128-255, a process ended by a signal)",
+                1,
+            )
+        replica.recreations += 1
+        replica.state = "waiting"
+        # A new pod: no crash-loop back-off, only the time to schedule and start it.
+        replica.restart_at = time.monotonic() + self._policy.restart_delay_seconds
+        self.say(
+            f"{name} exited with code {code}; restartPolicy ExitCode: the pod is deleted and "
+            f"recreated (recreation {replica.recreations}, not counted against backoffLimit)"
+        )
+        self._wait_for_peers(name)
+        return None
+
+    def _wait_for_peers(self, name: str) -> None:
         peers = self._running()
         if peers:
             if self._regroup_stop_at is None:
@@ -262,7 +294,6 @@ class Supervisor:
                 f"{name} waits until {', '.join(p.command.name for p in peers)} has stopped too: "
                 "the static rendezvous re-forms only as a whole group"
             )
-        return None
 
     def _regroup(self) -> None:
         """Restart waiting replicas together, once no replica of the old group still runs.
@@ -303,6 +334,7 @@ class Supervisor:
             reason=reason,
             restarts={r.command.name: r.restarts for r in self._replicas},
             exit_code=exit_code,
+            recreations={r.command.name: r.recreations for r in self._replicas},
         )
 
     # -- stopping -----------------------------------------------------------------------------

@@ -7,9 +7,13 @@ Layout of a checkpoint directory::
     manifest.json                   committed checkpoints, oldest first, with sha256 and size
     snapshot.pt                     the latest committed checkpoint (hard link, or copy)
     metrics.jsonl                   one JSON line per epoch (written by trainer.metrics)
+    rejected/                       checkpoints a resume found corrupt, set aside (never deleted)
 
 The manifest is the commit point: a checkpoint file that is not listed there (a write that was
 killed) is never used. Run ``python -m trainer.checkpoint DIR`` to see what a resume would use.
+
+Where a checkpoint is written: inline when that is cheap, by a writer process when it is not
+(see :class:`CheckpointManager`); either way the loop never waits longer than a synchronous save.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import logging
 import os
@@ -41,6 +46,13 @@ SNAPSHOT_NAME = "snapshot.pt"
 # and before fsync + rename, so a kill can land while a write is in flight.
 WRITE_DELAY_ENV = "TRAINER_CHECKPOINT_WRITE_DELAY"
 REQUIRED_KEYS = ("FORMAT_VERSION", "MODEL_STATE", "EPOCHS_RUN", "WORLD_SIZE", "CONFIG_FINGERPRINT")
+REJECTED_DIR = "rejected"
+# The write policy's two knobs (see CheckpointManager). A state this large is handed to a writer
+# process from the first save; below it, a save is written inline until one inline write takes
+# longer than INLINE_BUDGET_S, measured.
+BACKGROUND_MIN_BYTES = 64 << 20
+INLINE_BUDGET_S = 0.25
+_HASH_CHUNK = 16 << 20
 
 LOG = logging.getLogger("trainer")
 
@@ -190,10 +202,13 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: Path, *, data: bytes | None = None, mmap: bool = False) -> dict[str, Any]:
+    """``data``: the file's bytes, already read (and hashed) by the caller. ``mmap``: map the
+    file instead of reading it, for ranks that only copy the tensors into their model."""
     # weights_only: a checkpoint holds tensors and plain containers only, so loading it never
     # runs code from the (shared, writable) volume.
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    source: Any = io.BytesIO(data) if data is not None else path
+    state = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap and data is None)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} does not hold a checkpoint dictionary")
     missing = [key for key in REQUIRED_KEYS if key not in state]
@@ -202,27 +217,57 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def verify(directory: Path, entry: CheckpointEntry) -> dict[str, Any]:
-    """The loaded checkpoint, or CheckpointError saying why this entry cannot be used."""
-    path = directory / entry.file
+def _sha256_of(data: bytes) -> str:
+    digest = hashlib.sha256()
+    view = memoryview(data)
+    for start in range(0, len(view), _HASH_CHUNK):
+        digest.update(view[start : start + _HASH_CHUNK])  # releases the GIL meanwhile
+    return digest.hexdigest()
+
+
+def read_verified(path: Path, sha256: str | None, size: int | None) -> tuple[dict[str, Any], str]:
+    """Read ``path`` once; check size and sha256 over exactly the bytes that are deserialised.
+
+    The hash runs in a thread while ``torch.load`` parses the same buffer, so verifying costs
+    about one read plus the slower of the two, not a second pass over the volume. Returns the
+    state and the sha256 (useful when the caller had none to compare with)."""
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")
-    size = path.stat().st_size
-    if size != entry.size:
-        raise CheckpointError(f"{path} has {size} bytes, manifest says {entry.size} (truncated?)")
-    if _file_sha256(path) != entry.sha256:
-        raise CheckpointError(f"{path} fails its sha256 check (corrupted)")
-    try:
-        state = load_checkpoint(path)
-    except CheckpointError:
-        raise
-    except Exception as error:
-        raise CheckpointError(f"{path} cannot be loaded: {error}") from error
-    if state["FORMAT_VERSION"] > FORMAT_VERSION:
+    if size is not None and path.stat().st_size != size:
         raise CheckpointError(
-            f"{path} has format version {state['FORMAT_VERSION']}, this trainer reads "
+            f"{path} has {path.stat().st_size} bytes, manifest says {size} (truncated?)"
+        )
+    data = path.read_bytes()
+    if size is not None and len(data) != size:
+        raise CheckpointError(f"{path} has {len(data)} bytes, manifest says {size} (truncated?)")
+    digest: list[str] = []
+    hasher = threading.Thread(target=lambda: digest.append(_sha256_of(data)), name="sha256")
+    hasher.start()
+    loaded: dict[str, Any] | None = None
+    problem: BaseException | None = None
+    try:
+        loaded = load_checkpoint(path, data=data)
+    except Exception as error:  # judged after the hash: a bad hash is the better diagnosis
+        problem = error
+    finally:
+        hasher.join()
+    if sha256 is not None and digest[0] != sha256:
+        raise CheckpointError(f"{path} fails its sha256 check (corrupted)")
+    if isinstance(problem, CheckpointError):
+        raise problem
+    if problem is not None or loaded is None:
+        raise CheckpointError(f"{path} cannot be loaded: {problem}") from problem
+    if loaded["FORMAT_VERSION"] > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format version {loaded['FORMAT_VERSION']}, this trainer reads "
             f"up to {FORMAT_VERSION}"
         )
+    return loaded, digest[0]
+
+
+def verify(directory: Path, entry: CheckpointEntry) -> dict[str, Any]:
+    """The loaded checkpoint, or CheckpointError saying why this entry cannot be used."""
+    state, _ = read_verified(directory / entry.file, entry.sha256, entry.size)
     return state
 
 
@@ -232,6 +277,7 @@ class Resumable:
     path: Path
     state: dict[str, Any]
     skipped: tuple[str, ...]  # why newer checkpoints were passed over
+    skipped_entries: tuple[CheckpointEntry, ...] = ()
 
 
 def find_resumable(directory: Path) -> Resumable | None:
@@ -240,20 +286,46 @@ def find_resumable(directory: Path) -> Resumable | None:
     over and later deleting them."""
     entries = read_manifest(directory)
     skipped: list[str] = []
+    bad: list[CheckpointEntry] = []
     for entry in reversed(entries):
         try:
             state = verify(directory, entry)
         except CheckpointError as error:
             skipped.append(str(error))
+            bad.append(entry)
             LOG.warning("checkpoint unusable, falling back to the previous one: %s", error)
             continue
-        return Resumable(entry, directory / entry.file, state, tuple(skipped))
+        return Resumable(entry, directory / entry.file, state, tuple(skipped), tuple(bad))
     if entries:
         raise CheckpointError(
             f"no usable checkpoint in {directory}: " + "; ".join(skipped) + ". Move the "
             "directory aside (or pass another --checkpoint-dir) to start from scratch."
         )
     return None
+
+
+def set_aside_skipped(directory: Path, found: Resumable) -> list[Path]:
+    """After a fallback: drop the entries that failed verification from the manifest and move
+    their files to DIR/rejected/ (kept for a post-mortem, never deleted by us). Without this,
+    retention counts the corrupt entries as kept checkpoints and may delete the good one the
+    run resumed from. The manifest is rewritten first (the commit point), so a kill between
+    the two steps leaves at worst a stray file in DIR, never a manifest naming a moved file."""
+    if not found.skipped_entries:
+        return []
+    bad = {entry.file for entry in found.skipped_entries}
+    _write_manifest(directory, [e for e in read_manifest(directory) if e.file not in bad])
+    point_snapshot_at(directory, found.path)
+    rejected = directory / REJECTED_DIR
+    rejected.mkdir(exist_ok=True)
+    moved: list[Path] = []
+    for name in sorted(bad):
+        source = directory / name
+        if source.exists():
+            target = rejected / name
+            source.replace(target)
+            moved.append(target)
+    _fsync_dir(directory)
+    return moved
 
 
 def remove_stale_temporaries(directory: Path) -> None:
@@ -275,11 +347,23 @@ def _share(value: Any) -> None:
             _share(item)
 
 
+def state_bytes(value: Any) -> int:
+    """Bytes of tensor data in a (nested) state: what a save copies and writes."""
+    if isinstance(value, torch.Tensor):
+        return value.nelement() * value.element_size()
+    if isinstance(value, dict):
+        return sum(state_bytes(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(state_bytes(item) for item in value)
+    return 0
+
+
 def _writer_process_main(conn: Any, directory: str, keep: int, delay_s: float) -> None:
     """Commits snapshots sent by the trainer. A separate process, because torch.save holds the
     GIL while it writes: on a thread it would stall the training loop almost as much as a
-    synchronous save. It ignores SIGINT/SIGTERM (the trainer decides when to stop) and exits
-    when the trainer closes the pipe."""
+    synchronous save. It ignores SIGINT/SIGTERM (the trainer decides when to stop), says
+    "ready" once its imports are done (until then the trainer writes inline instead of
+    waiting for it), and exits when the trainer closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Hashing and serialising compete with the training loop for the same cores; the loop's
@@ -292,6 +376,10 @@ def _writer_process_main(conn: Any, directory: str, keep: int, delay_s: float) -
     if hasattr(torch.serialization, "set_crc32_options"):
         torch.serialization.set_crc32_options(False)
     committer = CheckpointManager(Path(directory), keep, background=False, write_delay_s=delay_s)
+    try:
+        conn.send(("ready", None))
+    except (BrokenPipeError, EOFError, OSError):
+        return
     while True:
         try:
             state, epochs, step = conn.recv()
@@ -306,13 +394,31 @@ def _writer_process_main(conn: Any, directory: str, keep: int, delay_s: float) -
 
 
 class CheckpointManager:
-    """Writes checkpoints for rank 0. ``save`` copies the state into a CPU staging copy (the
-    only part the training loop waits for) and a writer process commits it; at most one write
-    is in flight, and ``wait`` blocks until it is committed (on SIGTERM and at the end of
-    training). Where shared memory is unavailable it falls back to a writer thread."""
+    """Writes checkpoints for rank 0, inline or in the background, whichever stalls less.
+
+    A background save costs the loop a copy of the state into a (reused, shared-memory)
+    staging buffer; a writer process then commits it. That only pays when the write itself is
+    slow compared with the copy, and a writer process is an interpreter importing torch (1-2 s
+    of CPU that training shares). So:
+
+    * a state of at least ``background_min_bytes`` (``prepare`` or the first save tells) gets
+      the writer process started at once, in the background, and its staging buffer allocated;
+    * smaller states are written inline, and each inline write is timed: once one takes longer
+      than ``inline_budget_s`` the writer is started for the saves that follow;
+    * a save never waits for the writer to start: until it says "ready", saves are inline.
+
+    At most one write is in flight; ``wait`` blocks until it is committed (on SIGTERM and at the
+    end of training). Where shared memory is unavailable a writer thread stands in."""
 
     def __init__(
-        self, directory: Path, keep: int, *, background: bool = True, write_delay_s: float = 0.0
+        self,
+        directory: Path,
+        keep: int,
+        *,
+        background: bool = True,
+        write_delay_s: float = 0.0,
+        background_min_bytes: int = BACKGROUND_MIN_BYTES,
+        inline_budget_s: float = INLINE_BUDGET_S,
     ) -> None:
         if keep < 2:
             raise ValueError(f"keep must be >= 2 so a fallback exists, got {keep}")
@@ -320,14 +426,54 @@ class CheckpointManager:
         self.keep = keep
         self.background = background
         self.write_delay_s = write_delay_s
+        self.background_min_bytes = background_min_bytes
+        self.inline_budget_s = inline_budget_s
         self._use_process = background
         self._process: Any = None
         self._conn: Any = None
+        self._ready = False
         self._pending = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging: dict[str, Any] | None = None  # the last committed copy, reused
         self.last_committed: CheckpointEntry | None = None
+        self.last_mode: str | None = None  # "inline" | "background": how the last save went
+
+    # -- policy -------------------------------------------------------------------------------
+
+    def prepare(self, state: Mapping[str, Any]) -> None:
+        """Called before training with a state shaped like the checkpoints to come: a large one
+        starts the writer now and allocates the staging copy, so even the first save only
+        copies into it."""
+        if self.background and state_bytes(state) >= self.background_min_bytes:
+            self._start_writer()
+            if self._use_process:
+                self._stage(state)
+
+    @property
+    def writer_started(self) -> bool:
+        return self._conn is not None
+
+    def writer_ready(self) -> bool:
+        """True once saves can be handed over (the writer process said "ready")."""
+        return self._writer_ready()
+
+    def _writer_ready(self) -> bool:
+        if not self._use_process:
+            return self.background and self._staging is not None  # the thread fallback
+        if self._conn is None:
+            return False
+        if not self._ready:
+            try:
+                if self._conn.poll():
+                    status, _ = self._conn.recv()
+                    self._ready = status == "ready"
+            except (EOFError, OSError):
+                LOG.warning("checkpoint writer process died while starting: writing inline")
+                self._abandon_writer()
+        return self._ready
+
+    # -- saving -------------------------------------------------------------------------------
 
     def save(
         self,
@@ -338,59 +484,86 @@ class CheckpointManager:
         final: bool = False,
     ) -> None:
         """``final``: nothing trains after this save (end of training, SIGTERM), so it is
-        committed right here; a writer process would only add its start-up time."""
+        committed right here; handing it over would only add a copy."""
         self.wait()  # the previous write is committed, so its buffers are free to reuse
-        if final:
-            entry = self.commit(copy_to_cpu(dict(state)), epochs_completed, step_in_epoch)
-            self._committed(entry)
-            return
+        size = state_bytes(state)
+        if self.background and not final and size >= self.background_min_bytes:
+            self._start_writer()
+        if self.background and not final and self._writer_ready():
+            snapshot = self._stage(state)
+            if self._use_process:
+                try:
+                    self._conn.send((snapshot, epochs_completed, step_in_epoch))
+                    self._pending = True
+                    self.last_mode = "background"
+                    return
+                except (OSError, RuntimeError) as error:
+                    LOG.warning("checkpoint writer process unavailable (%s): writing inline", error)
+                    self._abandon_writer()
+            else:
+                self._thread = threading.Thread(
+                    target=self._commit_in_thread,
+                    args=(snapshot, epochs_completed, step_in_epoch),
+                    name="checkpoint-writer",
+                )
+                self._thread.start()
+                self.last_mode = "background"
+                return
+        started = time.perf_counter()
+        try:
+            entry = self.commit(dict(state), epochs_completed, step_in_epoch)
+        except (OSError, RuntimeError) as error:
+            raise CheckpointError(f"checkpoint write failed: {error}") from error
+        self._committed(entry)
+        self.last_mode = "inline"
+        if self.background and time.perf_counter() - started > self.inline_budget_s:
+            self._start_writer()  # measured: inline writes now cost more than a handover
+
+    def _stage(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Copy into the staging buffers (shared memory for the writer process)."""
         try:
             snapshot = copy_to_cpu(dict(state), self._staging, shared=self._use_process)
+            if self._use_process:
+                _share(snapshot)
         except (OSError, RuntimeError) as error:  # e.g. a tiny /dev/shm in a bare container
             LOG.warning("no shared memory for checkpoints (%s): writing from a thread", error)
-            self._use_process = False
+            self._abandon_writer()
             snapshot = copy_to_cpu(dict(state), self._staging)
         self._staging = snapshot
-        if not self.background:
-            self._committed(self.commit(snapshot, epochs_completed, step_in_epoch))
-            return
-        if self._use_process:
-            try:
-                _share(snapshot)
-                self._send(snapshot, epochs_completed, step_in_epoch)
-                return
-            except (OSError, RuntimeError) as error:
-                LOG.warning("checkpoint writer process unavailable (%s): using a thread", error)
-                self._use_process = False
-        self._thread = threading.Thread(
-            target=self._commit_in_thread,
-            args=(snapshot, epochs_completed, step_in_epoch),
-            name="checkpoint-writer",
-        )
-        self._thread.start()
+        return snapshot
 
     def _start_writer(self) -> None:
-        if self._conn is None:
-            context = torch.multiprocessing.get_context("spawn")
-            parent, child = context.Pipe()
-            process = context.Process(
-                target=_writer_process_main,
-                args=(child, str(self.directory), self.keep, self.write_delay_s),
-                name="checkpoint-writer",
-                daemon=True,
-            )
-            # Only a started writer is remembered: if start() fails, the thread fallback takes
-            # over and close() must not wait on a process that never ran.
-            try:
-                process.start()
-            finally:
-                child.close()
-            self._conn, self._process = parent, process
+        if self._conn is not None or not self._use_process:
+            return
+        context = torch.multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_writer_process_main,
+            args=(child, str(self.directory), self.keep, self.write_delay_s),
+            name="checkpoint-writer",
+            daemon=True,
+        )
+        # Only a started writer is remembered: if start() fails, the thread fallback takes
+        # over and close() must not wait on a process that never ran.
+        try:
+            process.start()
+        except (OSError, RuntimeError) as error:
+            LOG.warning("checkpoint writer process unavailable (%s): using a thread", error)
+            self._use_process = False
+            parent.close()
+            return
+        finally:
+            child.close()
+        self._conn, self._process = parent, process
 
-    def _send(self, snapshot: dict[str, Any], epochs: int, step: int) -> None:
-        self._start_writer()
-        self._conn.send((snapshot, epochs, step))
-        self._pending = True
+    def _abandon_writer(self) -> None:
+        self._use_process = False
+        self._ready = False
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._process.join(timeout=60)
+            self._conn = self._process = None
 
     def in_flight(self) -> bool:
         if self._pending:
@@ -461,7 +634,7 @@ class CheckpointManager:
         previous = [item for item in read_manifest(self.directory) if item.file != name]
         kept = [*previous, entry][-self.keep :]
         _write_manifest(self.directory, kept)  # the commit point
-        self._point_snapshot_at(target)
+        point_snapshot_at(self.directory, target)
         kept_files = {item.file for item in kept}
         for old in previous:
             if old.file not in kept_files:
@@ -469,21 +642,22 @@ class CheckpointManager:
                     (self.directory / old.file).unlink()
         return entry
 
-    def _point_snapshot_at(self, target: Path) -> None:
-        """Keep DIR/snapshot.pt (what the tutorial reads) equal to the newest checkpoint. A hard
-        link costs no I/O; filesystems without links get an atomic copy instead."""
-        snapshot = self.directory / SNAPSHOT_NAME
-        temporary = self.directory / f".{SNAPSHOT_NAME}.tmp-{os.getpid()}"
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        try:
-            os.link(target, temporary)
-        except OSError:
-            shutil.copyfile(target, temporary)
-            with temporary.open("rb+") as handle:
-                os.fsync(handle.fileno())
-        temporary.replace(snapshot)
-        _fsync_dir(self.directory)
+
+def point_snapshot_at(directory: Path, target: Path) -> None:
+    """Keep DIR/snapshot.pt (what the tutorial reads) equal to the newest checkpoint. A hard
+    link costs no I/O; filesystems without links get an atomic copy instead."""
+    snapshot = directory / SNAPSHOT_NAME
+    temporary = directory / f".{SNAPSHOT_NAME}.tmp-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    try:
+        os.link(target, temporary)
+    except OSError:
+        shutil.copyfile(target, temporary)
+        with temporary.open("rb+") as handle:
+            os.fsync(handle.fileno())
+    temporary.replace(snapshot)
+    _fsync_dir(directory)
 
 
 def describe(directory: Path) -> dict[str, Any]:
@@ -508,6 +682,7 @@ def describe(directory: Path) -> dict[str, Any]:
         "config_fingerprint": state["CONFIG_FINGERPRINT"],
         "format_version": int(state["FORMAT_VERSION"]),
         "skipped": list(found.skipped),
+        "origin": state.get("ORIGIN"),
     }
 
 

@@ -28,13 +28,16 @@ class TrainConfig:
     keep: int = 2
     task: str = DEFAULT_TASK
     pg_timeout: float = 300.0
+    init_from: Path | None = None
+    init_optimizer: bool = False
 
     def semantic_config(self) -> dict[str, object]:
         """What a checkpoint must agree with to be resumed.
 
         TOTAL_EPOCHS, SAVE_EVERY, --keep and --pg-timeout are left out on purpose: they change
         how long or how often we train/save, not what one training step computes, so a finished
-        run may be extended with more epochs or saved more often.
+        run may be extended with more epochs or saved more often. --init-from is left out too:
+        it only seeds a fresh run's weights, and the run's own checkpoints record it.
         """
         return {
             "task": self.task,
@@ -105,6 +108,16 @@ def _checkpoint_dir(text: str) -> Path:
     return path
 
 
+def _init_source(text: str) -> Path:
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} does not exist; expected a checkpoint file or a checkpoint directory "
+            "of an earlier run"
+        )
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
@@ -163,11 +176,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         help="process-group timeout in seconds, bounds any hang (default: 300)",
     )
+    parser.add_argument(
+        "--init-from",
+        type=_init_source,
+        metavar="PATH",
+        help="warm start: a new run (its own --checkpoint-dir) begins from the model weights of "
+        "this checkpoint file, or of the newest verified checkpoint in this directory; a run "
+        "that already has checkpoints of its own resumes them instead",
+    )
+    parser.add_argument(
+        "--init-optimizer",
+        action="store_true",
+        help="with --init-from: also load the optimizer state (its shapes must match)",
+    )
     return parser
 
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.init_optimizer and args.init_from is None:
+        parser.error("--init-optimizer needs --init-from PATH (the run to take it from)")
+    if args.init_from is not None:
+        source, own = args.init_from.resolve(), args.checkpoint_dir.resolve()
+        if source == own or own in source.parents:
+            parser.error(
+                f"argument --init-from: {str(args.init_from)!r} is inside this run's "
+                f"--checkpoint-dir {str(args.checkpoint_dir)!r}; a warm start writes to a new "
+                "directory, so pass another --checkpoint-dir"
+            )
     return TrainConfig(
         total_epochs=args.total_epochs,
         save_every=args.save_every,
@@ -178,4 +215,6 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         keep=args.keep,
         task=args.task,
         pg_timeout=args.pg_timeout,
+        init_from=args.init_from,
+        init_optimizer=args.init_optimizer,
     )

@@ -4,8 +4,10 @@
 # Usage: entrypoint.sh [--max-restarts N] [--] TRAINER_ARGS...
 #
 # The rendezvous is passed to torchrun explicitly from what the Kubeflow training operator
-# injects: PET_MASTER_ADDR/PET_MASTER_PORT (older operators set only MASTER_ADDR/MASTER_PORT,
-# which torchrun itself ignores), PET_NNODES, PET_NODE_RANK and PET_NPROC_PER_NODE.
+# injects: PET_MASTER_ADDR/PET_MASTER_PORT, PET_NNODES, PET_NODE_RANK and PET_NPROC_PER_NODE.
+# Older operators (v1.6 and earlier) set only MASTER_ADDR/MASTER_PORT, WORLD_SIZE (the number of
+# pods) and RANK (the pod's index), which torchrun itself ignores: without PET_NNODES the node
+# count and rank come from those. The script says which source it used.
 # torchrun is exec'd so it receives the pod's SIGTERM directly and its exit code is ours.
 set -euo pipefail
 
@@ -42,8 +44,26 @@ done
 app_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PYTHONPATH="${app_dir}${PYTHONPATH:+:${PYTHONPATH}}"
 
-nnodes=${PET_NNODES:-1}
-node_rank=${PET_NODE_RANK:-0}
+if [[ -n ${PET_NNODES:-} ]]; then
+  nnodes=$PET_NNODES
+  node_rank=${PET_NODE_RANK:-0}
+  source="PET_NNODES/PET_NODE_RANK"
+elif [[ -n ${WORLD_SIZE:-} || -n ${RANK:-} ]]; then
+  [[ ${WORLD_SIZE:-} =~ ^[1-9][0-9]*$ ]] ||
+    die "WORLD_SIZE must be the number of pods (an integer >= 1) when PET_NNODES is unset," \
+      "got '${WORLD_SIZE:-}'"
+  if ! [[ ${RANK:-} =~ ^[0-9]+$ ]] || ((RANK >= WORLD_SIZE)); then
+    die "RANK must be the pod's index (0..$((WORLD_SIZE - 1))) when PET_NNODES is unset," \
+      "got '${RANK:-}'"
+  fi
+  nnodes=$WORLD_SIZE
+  node_rank=$RANK
+  source="WORLD_SIZE/RANK (an operator without PET_NNODES)"
+else
+  nnodes=1
+  node_rank=0
+  source="defaults (no PET_NNODES, WORLD_SIZE or RANK: one node)"
+fi
 nproc_per_node=${PET_NPROC_PER_NODE:-1}
 master_addr=${PET_MASTER_ADDR:-${MASTER_ADDR:-}}
 master_port=${PET_MASTER_PORT:-${MASTER_PORT:-}}
@@ -55,7 +75,7 @@ if [[ -z $master_addr || -z $master_port ]]; then
 fi
 
 echo "entrypoint.sh: torchrun nnodes=$nnodes node_rank=$node_rank nproc_per_node=$nproc_per_node" \
-  "master=$master_addr:$master_port max_restarts=$max_restarts" >&2
+  "master=$master_addr:$master_port max_restarts=$max_restarts (nodes and rank from $source)" >&2
 exec "${TORCHRUN:-torchrun}" \
   --nnodes "$nnodes" \
   --node-rank "$node_rank" \

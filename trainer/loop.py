@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.checkpoint import (
@@ -32,7 +33,10 @@ from trainer.checkpoint import (
     CheckpointManager,
     find_resumable,
     load_checkpoint,
+    read_manifest,
+    read_verified,
     remove_stale_temporaries,
+    set_aside_skipped,
 )
 from trainer.cli import TrainConfig, parse_config
 from trainer.data import ShardedBatches
@@ -44,7 +48,7 @@ from trainer.distributed import (
     init_distributed,
     shutdown,
 )
-from trainer.metrics import MetricsLog
+from trainer.metrics import MetricsLog, rewind
 from trainer.task import Task, TaskContext, build_task
 
 LOG = logging.getLogger("trainer")
@@ -56,9 +60,13 @@ class ResumeRefusedError(RuntimeError):
 
 @dataclass(frozen=True)
 class ResumePoint:
+    """Where training starts. ``path``: this run's own checkpoint to resume. ``origin``: for a
+    warm start, the checkpoint whose weights seed this new run (path, sha256, epochs, config)."""
+
     path: str | None
     epochs_completed: int
     step_in_epoch: int
+    origin: dict[str, Any] | None = None
 
 
 class StopAgreement:
@@ -170,33 +178,41 @@ def restore_rng(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(py_state), gauss_py))
 
 
-def decide_resume(ctx: DistContext, config: TrainConfig) -> ResumePoint:
-    """Rank 0 decides, everyone follows: ranks never disagree about whether/where to resume."""
+def decide_resume(
+    ctx: DistContext, config: TrainConfig
+) -> tuple[ResumePoint, dict[str, Any] | None]:
+    """Rank 0 decides, everyone follows: ranks never disagree about whether/where to resume.
+    Rank 0 also gets the state it verified, so the restore does not read the file again."""
     decision: dict[str, Any] = {}
+    state: dict[str, Any] | None = None
     if ctx.is_main:
         try:
-            decision = {"point": _choose(ctx, config)}
+            point, state = _choose(ctx, config)
+            decision = {"point": point}
         except (CheckpointError, ResumeRefusedError, OSError) as error:
             decision = {"error": f"{type(error).__name__}: {error}"}
     decision = broadcast_object(ctx, decision)  # type: ignore[assignment]
     if "error" in decision:
         raise ResumeRefusedError(decision["error"])
-    return decision["point"]
+    return decision["point"], state
 
 
-def _choose(ctx: DistContext, config: TrainConfig) -> ResumePoint:
+def _choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, dict[str, Any] | None]:
     directory = config.checkpoint_dir
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(directory)
     found = find_resumable(directory)
     if found is None:
+        if config.init_from is not None:
+            return _choose_warm_start(config)
         LOG.info("no checkpoint in %s: starting from scratch", directory)
-        return ResumePoint(None, 0, 0)
-    if found.skipped:
-        LOG.warning(
-            "resuming from %s, an OLDER checkpoint, because: %s",
-            found.path,
-            "; ".join(found.skipped),
+        return ResumePoint(None, 0, 0), None
+    if config.init_from is not None:
+        LOG.info(
+            "%s already has this run's checkpoints: resuming them (--init-from %s only seeds a "
+            "fresh run)",
+            directory,
+            config.init_from,
         )
     saved_world = int(found.state["WORLD_SIZE"])
     if saved_world != ctx.world_size:
@@ -210,10 +226,67 @@ def _choose(ctx: DistContext, config: TrainConfig) -> ResumePoint:
             f"checkpoint {found.path} was written with config {found.state.get('CONFIG')} "
             f"(fingerprint {found.state['CONFIG_FINGERPRINT']}), but this run has config "
             f"{config.semantic_config()} (fingerprint {config.fingerprint()}); use the same "
-            f"--task/--batch_size/--dataset-size/--seed or a new --checkpoint-dir"
+            f"--task/--batch_size/--dataset-size/--seed to resume it, or, to continue from its "
+            f"weights with the new settings, start a new run with --init-from {directory} "
+            f"--checkpoint-dir NEW_DIR (job.initFrom and a new job.name in a stack)"
+        )
+    if found.skipped:
+        LOG.warning(
+            "resuming from %s, an OLDER checkpoint, because: %s",
+            found.path,
+            "; ".join(found.skipped),
+        )
+        moved = set_aside_skipped(directory, found)
+        LOG.warning(
+            "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
+            directory / "rejected",
+            ", ".join(path.name for path in moved) or "(files already gone)",
         )
     LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
-    return ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
+    point = ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
+    return point, found.state
+
+
+def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, dict[str, Any]]:
+    """The checkpoint --init-from names: a file (checked against its directory's manifest when
+    it is listed there) or a directory's newest verified checkpoint."""
+    source = config.init_from
+    assert source is not None
+    where = f"--init-from {source}"
+    if source.is_dir():
+        found = find_resumable(source)
+        if found is None:
+            raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
+        path, state, sha256 = found.path, found.state, found.entry.sha256
+    elif source.is_file():
+        listed = {entry.file: entry for entry in read_manifest(source.parent)}
+        entry = listed.get(source.name)
+        try:
+            state, sha256 = read_verified(
+                source, entry.sha256 if entry else None, entry.size if entry else None
+            )
+        except CheckpointError as error:
+            raise CheckpointError(f"{where}: {error}") from error
+        path = source
+    else:
+        raise CheckpointError(f"{where}: no such file or directory")
+    origin = {
+        "path": str(path),
+        "sha256": sha256,
+        "epochs_completed": int(state["EPOCHS_RUN"]),
+        "config": state.get("CONFIG"),
+        "config_fingerprint": state["CONFIG_FINGERPRINT"],
+        "optimizer_state": config.init_optimizer,
+    }
+    LOG.info(
+        "warm start: new run in %s from the weights of %s (%d epochs completed, config %s)%s",
+        config.checkpoint_dir,
+        path,
+        origin["epochs_completed"],
+        origin["config"],
+        " and its optimizer state" if config.init_optimizer else "",
+    )
+    return ResumePoint(None, 0, 0, origin), state
 
 
 @dataclass
@@ -224,6 +297,7 @@ class Trainer:
     model: DistributedDataParallel
     data: ShardedBatches
     manager: CheckpointManager | None  # rank 0 only
+    origin: dict[str, Any] | None = None  # a warm start's source, kept in every checkpoint
 
     @classmethod
     def build(cls, config: TrainConfig, ctx: DistContext) -> Trainer:
@@ -241,10 +315,53 @@ class Trainer:
             manager = CheckpointManager(config.checkpoint_dir, config.keep, write_delay_s=delay)
         return cls(config, ctx, task, model, data, manager)
 
-    def load(self, point: ResumePoint) -> tuple[float, int]:
+    def _read(self, path: str, state: dict[str, Any] | None) -> dict[str, Any]:
+        """Rank 0 already holds the state it verified; the others map the same file (its pages
+        are in the cache on a shared node), so no rank reads it twice."""
+        return state if state is not None else load_checkpoint(Path(path), mmap=True)
+
+    def warm_start(self, point: ResumePoint, state: dict[str, Any] | None) -> None:
+        """Seed a new run: model weights, and the optimizer state only when asked."""
+        assert point.origin is not None
+        state = self._read(point.origin["path"], state)
+        try:
+            self.task.model.load_state_dict(state["MODEL_STATE"])
+        except RuntimeError as error:
+            raise ResumeRefusedError(
+                f"--init-from {point.origin['path']}: its weights do not fit this run's model "
+                f"(--task {self.config.task}): {error}"
+            ) from None
+        if self.config.init_optimizer:
+            self._load_optimizer_checked(state.get("OPTIMIZER_STATE"), point.origin["path"])
+
+    def _load_optimizer_checked(self, saved: dict[str, Any] | None, path: str) -> None:
+        if saved is None:
+            raise ResumeRefusedError(f"--init-optimizer: {path} holds no optimizer state")
+        params = [p for group in self.task.optimizer.param_groups for p in group["params"]]
+        for index, slots in saved.get("state", {}).items():
+            for name, value in slots.items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.dim() > 0
+                    and (index >= len(params) or value.shape != params[index].shape)
+                ):
+                    raise ResumeRefusedError(
+                        f"--init-optimizer: optimizer state {name!r} of parameter {index} in "
+                        f"{path} has shape {tuple(value.shape)}, which does not match this "
+                        "run's model; drop --init-optimizer to take the weights only"
+                    )
+        try:
+            self.task.optimizer.load_state_dict(saved)
+        except (ValueError, KeyError) as error:
+            raise ResumeRefusedError(
+                f"--init-optimizer: the optimizer state in {path} does not fit this run's "
+                f"optimizer ({error}); drop --init-optimizer to take the weights only"
+            ) from None
+
+    def load(self, point: ResumePoint, state: dict[str, Any] | None) -> tuple[float, int]:
         """Restore from the exact file rank 0 chose; returns this rank's partial epoch loss."""
         assert point.path is not None
-        state = load_checkpoint(Path(point.path))
+        state = self._read(point.path, state)
         self.task.model.load_state_dict(state["MODEL_STATE"])
         self.task.optimizer.load_state_dict(state["OPTIMIZER_STATE"])
         if self.task.scheduler is not None and state["SCHEDULER_STATE"] is not None:
@@ -261,8 +378,12 @@ class Trainer:
         per_rank = all_gather_object(self.ctx, mine)
         if self.manager is None:
             return
+        state = self._state(epochs, step, per_rank)
+        self.manager.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
+
+    def _state(self, epochs: int, step: int, per_rank: list[object]) -> dict[str, Any]:
         scheduler = self.task.scheduler
-        state = {
+        return {
             "FORMAT_VERSION": FORMAT_VERSION,
             "MODEL_STATE": self.task.model.state_dict(),
             "EPOCHS_RUN": epochs,
@@ -278,15 +399,33 @@ class Trainer:
             "WORLD_SIZE": self.ctx.world_size,
             "CONFIG": self.config.semantic_config(),
             "CONFIG_FINGERPRINT": self.config.fingerprint(),
+            "ORIGIN": self.origin,
         }
-        self.manager.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
 
-    def run(self, point: ResumePoint, stop: StopAgreement) -> bool:
+    def restore(self, point: ResumePoint, state: dict[str, Any] | None) -> tuple[float, int]:
+        """Everything before the first step: resume or warm start, rewind the metrics, prepare
+        the checkpoint writer. ``state``: on rank 0, the checkpoint it read while choosing."""
+        carried = (0.0, 0)
+        if point.path:
+            carried = self.load(point, state)
+            self.origin = state.get("ORIGIN") if state is not None else None
+        elif point.origin is not None:
+            self.warm_start(point, state)
+            self.origin = point.origin
+        if self.manager is not None:
+            dropped = rewind(self.config.checkpoint_dir, point.epochs_completed)
+            if dropped:
+                LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
+            # Tells the writer policy how large checkpoints will be, before the first one.
+            self.manager.prepare(self._state(point.epochs_completed, 0, []))
+        return carried
+
+    def run(self, point: ResumePoint, stop: StopAgreement, carried: tuple[float, int]) -> bool:
         """Train to TOTAL_EPOCHS; False when an agreed stop (SIGTERM/SIGINT) ended it early."""
         config, ctx = self.config, self.ctx
         metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
-        carried_loss, carried_samples = self.load(point) if point.path else (0.0, 0)
+        carried_loss, carried_samples = carried
         last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
         for epoch in range(point.epochs_completed, config.total_epochs):
             started = time.perf_counter()
@@ -345,7 +484,7 @@ class Trainer:
 def train(config: TrainConfig, ctx: DistContext) -> int:
     stop = StopAgreement(ctx)
     stop.install()  # before anything slow, so an early SIGTERM is not lost
-    point = decide_resume(ctx, config)
+    point, state = decide_resume(ctx, config)
     if point.epochs_completed >= config.total_epochs:
         if ctx.is_main:
             LOG.info(
@@ -356,7 +495,9 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
         return 0
     trainer = Trainer.build(config, ctx)
     try:
-        completed = trainer.run(point, stop)
+        carried = trainer.restore(point, state)
+        del state  # rank 0's copy of a possibly large checkpoint is not kept while training
+        completed = trainer.run(point, stop, carried)
     finally:
         if trainer.manager is not None:
             trainer.manager.close()  # a SIGTERM or the end of training commits the write in flight
@@ -369,6 +510,7 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
     return stop.exit_code()
 
 
+@record  # under torchrun, the failing rank's traceback lands in torchrun's error report
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_config(argv)
     ctx = init_distributed(config.pg_timeout)

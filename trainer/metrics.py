@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,6 +63,27 @@ class MetricsLog:
         return metrics
 
 
+def rewind(directory: Path, epochs_completed: int) -> int:
+    """Make DIR/metrics.jsonl end at the checkpoint a run resumes from: rows for later epochs
+    were trained after that checkpoint by a process that died, and are trained again now.
+    Called by rank 0 before training; the file is replaced atomically. Returns rows dropped."""
+    path = directory / METRICS_NAME
+    if not path.is_file():
+        return 0
+    rows = read_metrics(directory)
+    latest: dict[int, dict[str, float]] = {}
+    for row in rows:
+        if int(row["epoch"]) <= epochs_completed:
+            latest[int(row["epoch"])] = row  # a duplicate from an older file version: keep last
+    kept = [latest[epoch] for epoch in sorted(latest)]
+    if len(kept) == len(rows):
+        return 0
+    temporary = path.with_name(f".{METRICS_NAME}.tmp-{os.getpid()}")
+    temporary.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    temporary.replace(path)
+    return len(rows) - len(kept)
+
+
 def _format_duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -70,4 +92,10 @@ def _format_duration(seconds: float) -> str:
 
 def read_metrics(directory: Path) -> list[dict[str, float]]:
     path = directory / METRICS_NAME
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a kill mid-write; the epoch is trained again
+    return rows

@@ -10,23 +10,30 @@ from pathlib import Path
 from trainer.metrics import METRICS_NAME, read_metrics
 
 
+def loss_curve(directory: Path) -> tuple[list[int], list[float]]:
+    """Epochs in order, each once, with its loss. The trainer rewinds the file on resume; an
+    epoch logged twice anyway (a file from an older trainer) counts with its latest value."""
+    rows = read_metrics(directory)
+    if not rows:
+        raise ValueError(f"{directory / METRICS_NAME} has no epochs yet")
+    latest = {int(row["epoch"]): float(row["loss"]) for row in rows}
+    epochs = sorted(latest)
+    return epochs, [latest[epoch] for epoch in epochs]
+
+
 def render(directory: Path, out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # no display in a pod or CI
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(directory)
-    if not rows:
-        raise ValueError(f"{directory / METRICS_NAME} has no epochs yet")
-    # A resumed run may log an epoch twice (once before a kill, once after): keep the latest.
-    latest = {int(row["epoch"]): float(row["loss"]) for row in rows}
-    epochs = sorted(latest)
+    epochs, losses = loss_curve(directory)
     figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(epochs, [latest[epoch] for epoch in epochs], marker="." if len(epochs) < 50 else "")
+    # One line object: a single continuous curve, however many restarts wrote the file.
+    axes.plot(epochs, losses, marker="." if len(epochs) < 50 else "")
     axes.set_xlabel("epoch")
     axes.set_ylabel("loss")
-    axes.set_yscale("log" if min(latest.values()) > 0 else "linear")
+    axes.set_yscale("log" if min(losses) > 0 else "linear")
     axes.set_title(f"training loss ({directory})")
     axes.grid(True, alpha=0.3)
     figure.tight_layout()

@@ -323,6 +323,22 @@ def test_kube_context_reaches_provider_and_commands() -> None:
     assert result.outputs["logsCommand"].value.startswith("kubectl --context kind-train ")
 
 
+def test_init_from_reaches_the_trainer_as_a_warm_start() -> None:
+    result = run_program(
+        "dev", overrides={"job": {"name": "ddp-dev-b64", "initFrom": "/checkpoints/ddp-dev"}}
+    )
+    assert result.error is None
+    for container in containers(result).values():
+        args = container["args"]
+        assert args[args.index("--init-from") + 1] == "/checkpoints/ddp-dev"
+        assert args[args.index("--checkpoint-dir") + 1] == "/checkpoints/ddp-dev-b64"
+
+
+def test_init_from_the_jobs_own_directory_is_refused() -> None:
+    result = run_program("dev", overrides={"job": {"initFrom": "/checkpoints/ddp-dev"}})
+    assert result.error is not None and "job.initFrom" in str(result.error)
+
+
 def test_single_node_gpu_job() -> None:
     result = run_program("dev", overrides={"job": {"nodes": 1, "gpusPerNode": 4, "cpu": "8"}})
     assert result.error is None

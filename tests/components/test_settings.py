@@ -155,6 +155,14 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
         "job.ttlSecondsAfterFinished",
     ),
     ("bad-task", with_values(job={"task": "trainer.tasks"}), None, "job.task"),
+    ("init-off-claim", with_values(job={"initFrom": "/tmp/old"}), None, "job.initFrom"),
+    ("init-dotdot", with_values(job={"initFrom": "/checkpoints/../etc"}), None, "job.initFrom"),
+    (
+        "init-own-dir",
+        with_values(job={"name": "ddp", "initFrom": "/checkpoints/ddp"}),
+        None,
+        "job.initFrom",
+    ),
     ("size-tb", with_values(checkpoints={"size": "10TB"}), None, "checkpoints.size"),
     ("bad-access", with_values(checkpoints={"accessMode": "RWX"}), None, "checkpoints.accessMode"),
     (

@@ -20,7 +20,7 @@ import pytest
 from components.manifests import pytorchjob_manifest
 from components.settings import SettingsError, load_stack_file
 from tests.tools.conftest import process_running
-from tools.run_local import apply_overrides, choose_devices, replica_commands
+from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = "ddp-dev"  # job.name of the dev stack
@@ -164,7 +164,7 @@ def test_each_replica_gets_the_operator_env_with_a_local_rendezvous(
     # The operator's values (see test_operator_env) except the documented local rendezvous.
     for rank, command in enumerate(commands):
         expected = {
-            "PYTHONUNBUFFERED": "0",  # the operator's entry comes last, so it wins over "1"
+            "PYTHONUNBUFFERED": "1",  # training-operator v1.9 sets "1" (v1.8 and older "0")
             "MASTER_ADDR": "127.0.0.1",
             "PET_MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": "4321",
@@ -181,6 +181,21 @@ def test_each_replica_gets_the_operator_env_with_a_local_rendezvous(
         assert {key: command.env.get(key) for key in expected} == expected
         assert command.env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
         assert command.restart_policy == "OnFailure"
+
+
+def test_an_elastic_job_is_refused_naming_the_reason(tmp_path: Path) -> None:
+    job = pytorchjob_manifest(load_stack_file("dev", REPO_ROOT), image="local")
+    job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 2}
+
+    with pytest.raises(LocalRunError, match=r"spec\.elasticPolicy: the local runner emulates"):
+        replica_commands(
+            job,
+            namespace="default",
+            checkpoint_root=tmp_path,
+            repo_root=REPO_ROOT,
+            master_port=4321,
+            visible_devices=["", ""],
+        )
 
 
 def test_container_paths_map_to_the_checkout_and_the_local_claim(tmp_path: Path) -> None:

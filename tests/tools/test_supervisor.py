@@ -137,6 +137,38 @@ def test_restart_policy_never_fails_without_restarting(make_job: Callable[..., J
     assert_nothing_left(job)
 
 
+def test_exit_code_policy_recreates_signalled_pods_outside_the_backoff_count(
+    make_job: Callable[..., Job],
+) -> None:
+    # Under the operator, ExitCode pods run with restartPolicy Never; a retryable exit (128-255)
+    # makes it delete and recreate the pod, whose restart count starts at 0 again.
+    job = make_job(backoff_limit=1)
+    job.add(MASTER, "--fail-runs", "3", "--fail-code", "137", restart_policy="ExitCode")
+
+    result = job.run()
+
+    outcome = outcome_of(result)
+    assert outcome["status"] == "Succeeded", result.stdout
+    assert job.runs(MASTER) == 4
+    assert outcome["recreations"][MASTER] == 3
+    assert outcome["restarts"][MASTER] == 0  # never reached backoffLimit 1
+
+
+def test_exit_code_policy_fails_the_job_on_a_non_retryable_code(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(backoff_limit=5)
+    job.add(MASTER, "--exit", "3", restart_policy="ExitCode")
+
+    result = job.run()
+
+    outcome = outcome_of(result)
+    assert result.returncode != 0
+    assert outcome["status"] == "Failed"
+    assert "exit code 3, which restartPolicy ExitCode does not retry" in outcome["reason"]
+    assert job.runs(MASTER) == 1
+
+
 def test_killed_process_group_is_restarted(make_job: Callable[..., Job]) -> None:
     job = make_job(backoff_limit=3)
     job.add(MASTER, "--forever-runs", "1", "--sleep", "1")

@@ -22,11 +22,14 @@ from tests.trainer.conftest import (
 )
 from trainer.checkpoint import (
     MANIFEST_NAME,
+    REJECTED_DIR,
     SNAPSHOT_NAME,
     CheckpointError,
     CheckpointManager,
     find_resumable,
     model_sha256,
+    read_manifest,
+    set_aside_skipped,
 )
 
 
@@ -62,9 +65,12 @@ def test_keeps_the_last_k_and_snapshot_is_the_newest(tmp_path: Path) -> None:
 
 
 def test_the_snapshot_is_a_private_copy_taken_before_save_returns(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, 2)
+    manager = CheckpointManager(tmp_path, 2, background_min_bytes=0)  # the writer process
     state = fake_state(1.0, 1)
+    manager.prepare(state)
+    wait_until(manager.writer_ready, "the writer process to start")
     manager.save(state, epochs_completed=1, step_in_epoch=0)
+    assert manager.last_mode == "background"
     state["MODEL_STATE"]["weight"].fill_(99.0)  # training goes on while the writer works
     manager.close()
     saved = torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)
@@ -90,10 +96,20 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
 
 
 def test_a_failed_background_write_is_raised_not_lost(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path / "not-created", 2)
+    manager = CheckpointManager(tmp_path / "not-created", 2, background_min_bytes=0)
+    manager.prepare(fake_state(1.0, 1))
+    wait_until(manager.writer_ready, "the writer process to start")
     manager.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0)
+    assert manager.last_mode == "background"
     with pytest.raises(CheckpointError, match="checkpoint write failed"):
         manager.close()
+
+
+def test_a_failed_inline_write_is_raised_at_the_save(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path / "not-created", 2)
+    with pytest.raises(CheckpointError, match="checkpoint write failed"):
+        manager.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0)
+    manager.close()
 
 
 def test_no_usable_checkpoint_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
@@ -158,6 +174,78 @@ def test_a_truncated_newest_checkpoint_falls_back_and_still_reaches_the_same_wei
     assert finished.returncode == 0, finished.output
     assert "falling back to the previous one" in finished.output
     assert "resuming from" in finished.output and "OLDER checkpoint" in finished.output
+    assert (reference_copy / REJECTED_DIR / newest.name).is_file()  # set aside, not deleted
+    assert manifest_epochs(reference_copy) == [(100, 0), (200, 0), (TOTAL_EPOCHS, 0)]
     info = inspect(reference_copy)
     assert info["epochs_completed"] == TOTAL_EPOCHS
     assert info["model_sha256"] == inspect(reference_run)["model_sha256"]
+
+
+def test_a_fallback_rewrites_the_manifest_so_retention_keeps_the_good_one(tmp_path: Path) -> None:
+    save_all(tmp_path, [1, 2, 3], keep=3)
+    newest = tmp_path / "checkpoint-e000003-s000000.pt"
+    newest.write_bytes(newest.read_bytes()[:100])
+    found = find_resumable(tmp_path)
+    assert found is not None and found.entry.epochs_completed == 2
+
+    moved = set_aside_skipped(tmp_path, found)
+
+    assert moved == [tmp_path / REJECTED_DIR / newest.name]  # kept for a post-mortem
+    assert not newest.exists()
+    assert [e.epochs_completed for e in read_manifest(tmp_path)] == [1, 2]
+    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)["EPOCHS_RUN"] == 2
+    # Training goes on with keep=2: retention drops epoch 1, never the checkpoint resumed from.
+    manager = CheckpointManager(tmp_path, 2)
+    manager.save(fake_state(4.0, 4), epochs_completed=4, step_in_epoch=0)
+    manager.close()
+    assert [e.epochs_completed for e in read_manifest(tmp_path)] == [2, 4]
+    assert (tmp_path / "checkpoint-e000002-s000000.pt").is_file()
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read() calls, page cache included."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("/proc/self/io has no rchar")
+
+
+def test_verifying_and_loading_a_checkpoint_reads_it_once(tmp_path: Path) -> None:
+    state = fake_state(1.0, 1)
+    state["MODEL_STATE"]["weight"] = torch.randn(2 << 20)  # 8 MB, dwarfs everything else read
+    manager = CheckpointManager(tmp_path, 2)
+    manager.save(state, epochs_completed=1, step_in_epoch=0)
+    manager.close()
+    size = read_manifest(tmp_path)[0].size
+
+    before = _bytes_read()
+    found = find_resumable(tmp_path)
+    read = _bytes_read() - before
+
+    assert found is not None
+    assert torch.equal(found.state["MODEL_STATE"]["weight"], state["MODEL_STATE"]["weight"])
+    assert size <= read < 1.5 * size, f"read {read} bytes for a {size}-byte checkpoint"
+
+
+def test_small_states_are_written_inline_without_a_writer_process(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, 2)
+    manager.prepare(fake_state(0.0, 0))
+    for epoch in (1, 2):
+        manager.save(fake_state(float(epoch), epoch), epochs_completed=epoch, step_in_epoch=0)
+        assert manager.last_mode == "inline"
+        assert manager.last_committed is not None
+        assert manager.last_committed.epochs_completed == epoch  # committed before save returned
+    assert not manager.writer_started
+    manager.close()
+
+
+def test_a_slow_inline_write_moves_later_saves_to_the_writer(tmp_path: Path) -> None:
+    # A budget of 0 s: the first inline write is "too slow" by measurement.
+    manager = CheckpointManager(tmp_path, 2, inline_budget_s=0.0)
+    manager.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0)
+    assert manager.last_mode == "inline" and manager.writer_started
+    wait_until(manager.writer_ready, "the writer process to start")
+    manager.save(fake_state(2.0, 2), epochs_completed=2, step_in_epoch=0)
+    assert manager.last_mode == "background"
+    manager.close()
+    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)["EPOCHS_RUN"] == 2

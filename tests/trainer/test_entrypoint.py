@@ -11,15 +11,22 @@ from tests.trainer.conftest import TIMEOUT_S, TORCHRUN, inspect, trainer_env
 ENTRYPOINT = REPO_ROOT / "trainer" / "entrypoint.sh"
 
 
-def run_entrypoint(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def pod_env(env: dict[str, str]) -> dict[str, str]:
+    """The test's environment without any launcher variables, plus what the "operator" sets."""
     base = trainer_env({"TORCHRUN": TORCHRUN})
     for name in [name for name in base if name.startswith(("PET_", "MASTER_"))]:
         del base[name]
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        base.pop(name, None)
     base.pop("PYTHONPATH")  # the script must find the package by itself
+    return {**base, **env}
+
+
+def run_entrypoint(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(ENTRYPOINT), *args],
         cwd="/",
-        env={**base, **env},
+        env=pod_env(env),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -68,3 +75,41 @@ def test_rejects_a_bad_max_restarts_before_launching() -> None:
     done = run_entrypoint(["--max-restarts", "many", "--", "10", "5"], {})
     assert done.returncode == 2
     assert "--max-restarts must be an integer >= 0, got 'many'" in done.stderr
+
+
+def test_an_old_operators_world_size_and_rank_make_a_two_pod_job(tmp_path: Path) -> None:
+    """training-operator <= v1.6 sets WORLD_SIZE = pods and RANK = pod index, no PET_*."""
+    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(pick_free_port()), "WORLD_SIZE": "2"}
+    args = ["2", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"]
+    pods = [
+        subprocess.Popen(
+            [str(ENTRYPOINT), *args],
+            cwd="/",
+            env=pod_env({**common, "RANK": str(rank)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [pod.communicate(timeout=TIMEOUT_S) for pod in pods]
+    for pod, (out, err) in zip(pods, outputs, strict=True):
+        assert pod.returncode == 0, out + err
+    for rank, (_, err) in enumerate(outputs):
+        assert f"nnodes=2 node_rank={rank} nproc_per_node=1" in err
+        assert "nodes and rank from WORLD_SIZE/RANK" in err
+    info = inspect(tmp_path)
+    assert info["world_size"] == 2 and info["epochs_completed"] == 2
+
+
+def test_without_any_launcher_variables_it_says_it_runs_one_node(tmp_path: Path) -> None:
+    done = run_entrypoint(["1", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "16"], {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nnodes=1 node_rank=0" in done.stderr
+    assert "nodes and rank from defaults" in done.stderr
+
+
+def test_a_rank_outside_the_world_size_is_refused_before_launching() -> None:
+    done = run_entrypoint(["--", "10", "5"], {"WORLD_SIZE": "2", "RANK": "2"})
+    assert done.returncode == 2
+    assert "RANK must be the pod's index (0..1) when PET_NNODES is unset, got '2'" in done.stderr

@@ -21,14 +21,26 @@ from tests.trainer.conftest import (
     run_trainer,
     wait_until,
 )
+from trainer.checkpoint import CheckpointError
 from trainer.cli import parse_config
 from trainer.distributed import DistContext
 from trainer.loop import ResumeRefusedError, _choose
+from trainer.metrics import read_metrics
+from trainer.plot import loss_curve
+
+RANK0 = DistContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), backend="")
 
 # Each commit takes >= 2 s (the trainer's documented write-delay hook; it changes no result), so
 # after checkpoint 100 appears the run needs >= 4 s more to finish: the signal always lands
 # mid-run, however loaded the machine is.
 SLOW_COMMITS = {"TRAINER_CHECKPOINT_WRITE_DELAY": "2"}
+
+
+def _last_logged_epoch(directory: Path) -> int:
+    try:
+        return max((int(row["epoch"]) for row in read_metrics(directory)), default=0)
+    except OSError:
+        return 0
 
 
 def test_the_model_learns(reference_run: Path) -> None:
@@ -71,15 +83,23 @@ def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
     directory = tmp_path / "ckpt"
     job = Background(reference_args(directory), tmp_path / "first.log", env=SLOW_COMMITS)
     wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    # Kill once an epoch past the checkpoint is in the history, so the resume has rows to drop.
+    wait_until(lambda: _last_logged_epoch(directory) > SAVE_EVERY, "an epoch after it")
     job.kill_all()
     job.wait()
     killed_at = inspect(directory)["epochs_completed"]
     assert killed_at < TOTAL_EPOCHS, "the run finished before the kill; the test proved nothing"
 
+    trained_past_the_checkpoint = [r["epoch"] for r in read_metrics(directory)]
+    assert max(trained_past_the_checkpoint) > killed_at, "nothing to rewind; proved nothing"
+
     finished = run_trainer(reference_args(directory))
     assert finished.returncode == 0, finished.output
     assert f"({killed_at} epochs completed)" in finished.output
     assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
+    # Each epoch once in the history, and the plot's curve is that one sequence.
+    assert [r["epoch"] for r in read_metrics(directory)] == list(range(1, TOTAL_EPOCHS + 1))
+    assert loss_curve(directory)[0] == list(range(1, TOTAL_EPOCHS + 1))
     resumed = torch.load(directory / "snapshot.pt", weights_only=True)
     reference = torch.load(reference_run / "snapshot.pt", weights_only=True)
     for name, tensor in reference["MODEL_STATE"].items():
@@ -142,11 +162,82 @@ def test_a_different_world_size_is_refused_naming_both(reference_copy: Path) -> 
 
 def test_a_different_config_is_refused_naming_both(reference_run: Path) -> None:
     config = parse_config([*reference_args(reference_run), "--seed", "7"])
-    rank0 = DistContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), backend="")
     with pytest.raises(ResumeRefusedError) as refused:
-        _choose(rank0, config)
+        _choose(RANK0, config)
     message = str(refused.value)
     assert "'seed': 0" in message and "'seed': 7" in message
+    assert f"--init-from {reference_run} --checkpoint-dir NEW_DIR" in message  # the way out
     # Extending a finished run (more epochs) is the same config and is accepted.
     longer = parse_config(reference_args(reference_run, total=400))
-    assert _choose(rank0, longer).epochs_completed == TOTAL_EPOCHS
+    assert _choose(RANK0, longer)[0].epochs_completed == TOTAL_EPOCHS
+
+
+def test_warm_start_from_a_finished_run_with_another_batch_size(
+    reference_run: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "bigger-batches"
+    args = ["20", "10", "--checkpoint-dir", str(directory), "--dataset-size", "256"]
+    finished = run_trainer([*args, "--batch_size", "64", "--init-from", str(reference_run)])
+    assert finished.returncode == 0, finished.output
+    assert "warm start: new run in" in finished.output
+
+    source, info = inspect(reference_run), inspect(directory)
+    assert info["epochs_completed"] == 20  # a new run counts its own epochs
+    assert info["config"]["batch_size"] == 64
+    assert info["config_fingerprint"] != source["config_fingerprint"]
+    assert info["origin"]["path"] == source["path"]
+    assert info["origin"]["sha256"] == source["sha256"]
+    assert info["origin"]["epochs_completed"] == TOTAL_EPOCHS
+    assert info["origin"]["config"]["batch_size"] == 32
+    # Its own history, which starts where the source's training had got to, not from scratch.
+    rows, reference_rows = read_metrics(directory), read_metrics(reference_run)
+    assert [r["epoch"] for r in rows] == list(range(1, 21))
+    assert rows[0]["loss"] < reference_rows[0]["loss"] / 100
+    # Restarted with the same command, it resumes its own checkpoints (and keeps the origin).
+    finished = run_trainer(
+        ["30", "10", *args[2:], "--batch_size", "64", "--init-from", str(reference_run)]
+    )
+    assert finished.returncode == 0, finished.output
+    assert "resuming from" in finished.output
+    assert inspect(directory)["origin"]["path"] == source["path"]
+
+
+def test_warm_start_from_a_missing_source_is_a_flag_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(SystemExit):
+        parse_config(
+            ["10", "5", "--checkpoint-dir", str(tmp_path / "new"), "--init-from", str(missing)]
+        )
+    assert f"argument --init-from: '{missing}' does not exist" in capsys.readouterr().err
+
+
+def test_warm_start_from_a_corrupt_source_is_a_clear_error(
+    reference_copy: Path, tmp_path: Path
+) -> None:
+    newest = reference_copy / f"checkpoint-e{TOTAL_EPOCHS:06d}-s000000.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    new_dir = tmp_path / "new"
+    config = parse_config(["10", "5", "--checkpoint-dir", str(new_dir), "--init-from", str(newest)])
+    with pytest.raises(CheckpointError, match=f"--init-from {newest}: .*truncated"):
+        _choose(RANK0, config)
+    # A directory falls back to its newest checkpoint that verifies.
+    config = parse_config(
+        ["10", "5", "--checkpoint-dir", str(new_dir), "--init-from", str(reference_copy)]
+    )
+    point, _ = _choose(RANK0, config)
+    assert point.origin is not None and point.origin["epochs_completed"] == 200
+    for path in reference_copy.glob("checkpoint-*.pt"):
+        path.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        _choose(RANK0, config)
+
+
+def test_a_failing_rank_s_traceback_reaches_torchruns_report(tmp_path: Path) -> None:
+    args = ["5", "5", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"]
+    finished = run_trainer([*args, "--task", "tests.trainer.tasks:failing_on_rank_1"])
+    assert finished.returncode != 0
+    report = finished.output[finished.output.index("Root Cause") :]
+    assert "deliberate failure in the task on rank 1" in report, finished.output
+    assert "To enable traceback" not in report

@@ -30,7 +30,8 @@ def main() -> int:
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds before exiting")
     parser.add_argument("--forever", action="store_true", help="run until signalled")
     parser.add_argument("--exit", type=int, default=0, dest="exit_code")
-    parser.add_argument("--fail-runs", type=int, default=0, help="exit 1 on the first N runs")
+    parser.add_argument("--fail-runs", type=int, default=0, help="fail the first N runs")
+    parser.add_argument("--fail-code", type=int, default=1, help="exit code of a failing run")
     parser.add_argument("--forever-runs", type=int, default=0, help="--forever on the first N")
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--grandchild", action="store_true", help="start a helper process")
@@ -55,7 +56,7 @@ def main() -> int:
     if runs <= args.fail_runs:
         time.sleep(args.sleep)
         print(f"{args.name} run {runs} fails", flush=True)
-        return 1
+        return args.fail_code
     if args.forever or runs <= args.forever_runs:
         while True:
             time.sleep(0.1)
