@@ -48,7 +48,8 @@ say() { printf '[e2e-tools %4ds] %s\n' $((SECONDS - started)) "$*" >&2; }
 with_progress() {
   local what=$1
   shift
-  "$@" >"$root/src/$what.log" 2>&1 &
+  local log="$root/src/${what//[^A-Za-z0-9.-]/_}.log"
+  "$@" >"$log" 2>&1 &
   local pid=$! waited=0
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
@@ -56,8 +57,8 @@ with_progress() {
     ((waited % 60 == 0)) && say "  ... $what still building (${waited}s)"
   done
   if ! wait "$pid"; then
-    say "FAILED: $what; last lines of $root/src/$what.log:"
-    tail -n 40 "$root/src/$what.log" >&2
+    say "FAILED: $what; last lines of $log:"
+    tail -n 40 "$log" >&2
     exit 1
   fi
 }
