@@ -110,8 +110,7 @@ def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
             return reuse.copy_(source)
         if not shared:
             return source.to("cpu", copy=True)
-        fresh = torch.empty(source.shape, dtype=source.dtype, device="cpu").share_memory_()
-        return fresh.copy_(source)
+        return _shared_empty(source).copy_(source)
     if isinstance(value, dict):
         old = reuse if isinstance(reuse, dict) else {}
         return {key: copy_to_cpu(item, old.get(key), shared=shared) for key, item in value.items()}
@@ -124,6 +123,18 @@ def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
         ]
         return copied if isinstance(value, list) else tuple(copied)
     return value
+
+
+def _shared_empty(like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised shared-memory tensor shaped like ``like``, allocated in shared memory
+    directly: ``empty().share_memory_()`` allocates private memory, faults it in and copies
+    it into a shared segment, three passes over a buffer the caller overwrites anyway."""
+    nbytes = like.nelement() * like.element_size()
+    try:
+        storage = torch.UntypedStorage._new_shared(nbytes)
+    except (AttributeError, TypeError):  # a torch without the private constructor
+        return torch.empty(like.shape, dtype=like.dtype, device="cpu").share_memory_()
+    return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -458,7 +469,11 @@ class CheckpointManager:
     def prepare(self, state: Mapping[str, Any]) -> None:
         """Called before training with a state shaped like the checkpoints to come: a large one
         starts the writer now and allocates the staging copy, so even the first save only
-        copies into it."""
+        copies into it. Called again after the first step, when optimizers have created their
+        lazy slots (momentum, Adam moments: often as large as the model), it allocates only
+        what is missing; without that the first save would allocate them inside the loop."""
+        if self._pending or self._thread is not None:
+            return  # the staging buffers are being written out; never overwrite them
         if self.background and state_bytes(state) >= self.background_min_bytes:
             self._start_writer()
             if self._use_process:

@@ -265,3 +265,28 @@ def test_a_slow_inline_write_moves_later_saves_to_the_writer(tmp_path: Path) -> 
     assert manager.last_mode == "background"
     manager.close()
     assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)["EPOCHS_RUN"] == 2
+
+
+def test_preparing_again_after_the_first_step_stages_the_lazy_optimizer_slots(
+    tmp_path: Path,
+) -> None:
+    # Before the first step an optimizer has no momentum buffers; the trainer prepares again
+    # after it, so the first save copies into buffers that already exist.
+    manager = CheckpointManager(tmp_path, 2, background_min_bytes=0)
+    state = fake_state(1.0, 1)
+    state["OPTIMIZER_STATE"] = {"state": {}}
+    manager.prepare(state)
+    state["OPTIMIZER_STATE"] = {"state": {0: {"momentum_buffer": torch.ones(4, 3)}}}
+    manager.prepare(state)
+    staged = manager._staging
+    assert staged is not None
+    slot = staged["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"]
+    assert slot.is_shared() and torch.equal(slot, torch.ones(4, 3))
+    wait_until(manager.writer_ready, "the writer process to start")
+    manager.save(state, epochs_completed=1, step_in_epoch=0)
+    assert manager.last_mode == "background"
+    again = manager._staging["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"]
+    assert again.data_ptr() == slot.data_ptr()  # reused, not allocated by the save
+    manager.close()
+    saved = torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)
+    assert torch.equal(saved["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"], torch.ones(4, 3))
