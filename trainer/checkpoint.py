@@ -22,9 +22,9 @@ import argparse
 import contextlib
 import errno
 import hashlib
-import io
 import json
 import logging
+import mmap
 import os
 import shutil
 import signal
@@ -110,8 +110,7 @@ def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
             return reuse.copy_(source)
         if not shared:
             return source.to("cpu", copy=True)
-        fresh = torch.empty(source.shape, dtype=source.dtype, device="cpu").share_memory_()
-        return fresh.copy_(source)
+        return _shared_empty(source).copy_(source)
     if isinstance(value, dict):
         old = reuse if isinstance(reuse, dict) else {}
         return {key: copy_to_cpu(item, old.get(key), shared=shared) for key, item in value.items()}
@@ -124,6 +123,18 @@ def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
         ]
         return copied if isinstance(value, list) else tuple(copied)
     return value
+
+
+def _shared_empty(like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised shared-memory tensor shaped like ``like``, allocated in shared memory
+    directly: ``empty().share_memory_()`` allocates private memory, faults it in and copies
+    it into a shared segment, three passes over a buffer the caller overwrites anyway."""
+    nbytes = like.nelement() * like.element_size()
+    try:
+        storage = torch.UntypedStorage._new_shared(nbytes)
+    except (AttributeError, TypeError):  # a torch without the private constructor
+        return torch.empty(like.shape, dtype=like.dtype, device="cpu").share_memory_()
+    return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -202,13 +213,12 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_checkpoint(path: Path, *, data: bytes | None = None, mmap: bool = False) -> dict[str, Any]:
-    """``data``: the file's bytes, already read (and hashed) by the caller. ``mmap``: map the
-    file instead of reading it, for ranks that only copy the tensors into their model."""
+def load_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """``mmap``: map the file instead of reading it; the tensors are backed by the page cache
+    until the caller copies them into its model, so no second copy of the state is made."""
     # weights_only: a checkpoint holds tensors and plain containers only, so loading it never
     # runs code from the (shared, writable) volume.
-    source: Any = io.BytesIO(data) if data is not None else path
-    state = torch.load(source, map_location="cpu", weights_only=True, mmap=mmap and data is None)
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} does not hold a checkpoint dictionary")
     missing = [key for key in REQUIRED_KEYS if key not in state]
@@ -217,40 +227,55 @@ def load_checkpoint(path: Path, *, data: bytes | None = None, mmap: bool = False
     return state
 
 
-def _sha256_of(data: bytes) -> str:
+def _sha256_of(data: Any) -> str:
     digest = hashlib.sha256()
-    view = memoryview(data)
-    for start in range(0, len(view), _HASH_CHUNK):
-        digest.update(view[start : start + _HASH_CHUNK])  # releases the GIL meanwhile
+    with memoryview(data) as view:  # released on return, so a mapped file can be closed
+        for start in range(0, len(view), _HASH_CHUNK):
+            with view[start : start + _HASH_CHUNK] as chunk:
+                digest.update(chunk)  # hashlib releases the GIL meanwhile
     return digest.hexdigest()
 
 
 def read_verified(path: Path, sha256: str | None, size: int | None) -> tuple[dict[str, Any], str]:
     """Read ``path`` once; check size and sha256 over exactly the bytes that are deserialised.
 
-    The hash runs in a thread while ``torch.load`` parses the same buffer, so verifying costs
-    about one read plus the slower of the two, not a second pass over the volume. Returns the
-    state and the sha256 (useful when the caller had none to compare with)."""
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing")
-    if size is not None and path.stat().st_size != size:
-        raise CheckpointError(
-            f"{path} has {path.stat().st_size} bytes, manifest says {size} (truncated?)"
-        )
-    data = path.read_bytes()
-    if size is not None and len(data) != size:
-        raise CheckpointError(f"{path} has {len(data)} bytes, manifest says {size} (truncated?)")
-    digest: list[str] = []
-    hasher = threading.Thread(target=lambda: digest.append(_sha256_of(data)), name="sha256")
-    hasher.start()
-    loaded: dict[str, Any] | None = None
-    problem: BaseException | None = None
+    The file is memory-mapped: the hash (in a thread) faults its pages into the page cache,
+    and ``torch.load(mmap=True)`` maps those same pages, so the volume is read once and the
+    state is never held twice (raw bytes plus a deserialised copy: 2x the checkpoint in RAM,
+    and a copy that costs as much as the read). Both see the same inode (checked: checkpoint
+    files are only ever renamed into place, never rewritten). Returns the state and the sha256
+    (useful when the caller had none to compare with)."""
     try:
-        loaded = load_checkpoint(path, data=data)
-    except Exception as error:  # judged after the hash: a bad hash is the better diagnosis
-        problem = error
-    finally:
-        hasher.join()
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing") from None
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be read: {error}") from error
+    with handle:
+        info = os.fstat(handle.fileno())
+        if size is not None and info.st_size != size:
+            raise CheckpointError(
+                f"{path} has {info.st_size} bytes, manifest says {size} (truncated?)"
+            )
+        if info.st_size == 0:
+            raise CheckpointError(f"{path} is empty")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            with contextlib.suppress(AttributeError, OSError):  # madvise: Linux, Python >= 3.8
+                view.madvise(mmap.MADV_SEQUENTIAL)
+            digest: list[str] = []
+            hasher = threading.Thread(target=lambda: digest.append(_sha256_of(view)), name="sha256")
+            hasher.start()
+            loaded: dict[str, Any] | None = None
+            problem: BaseException | None = None
+            try:
+                loaded = load_checkpoint(path, mmap=True)
+                same = path.stat()
+                if (same.st_ino, same.st_dev) != (info.st_ino, info.st_dev):
+                    problem = CheckpointError(f"{path} was replaced while it was being read")
+            except Exception as error:  # judged after the hash: a bad hash is the better diagnosis
+                problem = error
+            finally:
+                hasher.join()
     if sha256 is not None and digest[0] != sha256:
         raise CheckpointError(f"{path} fails its sha256 check (corrupted)")
     if isinstance(problem, CheckpointError):
@@ -444,7 +469,11 @@ class CheckpointManager:
     def prepare(self, state: Mapping[str, Any]) -> None:
         """Called before training with a state shaped like the checkpoints to come: a large one
         starts the writer now and allocates the staging copy, so even the first save only
-        copies into it."""
+        copies into it. Called again after the first step, when optimizers have created their
+        lazy slots (momentum, Adam moments: often as large as the model), it allocates only
+        what is missing; without that the first save would allocate them inside the loop."""
+        if self._pending or self._thread is not None:
+            return  # the staging buffers are being written out; never overwrite them
         if self.background and state_bytes(state) >= self.background_min_bytes:
             self._start_writer()
             if self._use_process:

@@ -289,6 +289,34 @@ def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, dict[str, Any]
     return ResumePoint(None, 0, 0, origin), state
 
 
+class EpochLoss:
+    """This rank's sample-weighted loss sum over (part of) an epoch.
+
+    A step only appends its detached loss (no kernel, no allocation beyond the list slot, no
+    host sync on a GPU); the sum is folded on the host when it is read (epoch end, checkpoint)
+    with one transfer for all pending steps. The fold adds ``loss * batch`` in float64 in step
+    order, exactly what a per-step ``float64_sum.add_(loss, alpha=batch)`` computed, so the
+    metrics of an interrupted and an uninterrupted run stay equal to the bit."""
+
+    def __init__(self, carried: float = 0.0) -> None:
+        self._sum = carried
+        self._losses: list[torch.Tensor] = []
+        self._sizes: list[int] = []
+
+    def add(self, loss: torch.Tensor, batch: int) -> None:
+        self._losses.append(loss.detach())
+        self._sizes.append(batch)
+
+    def total(self) -> float:
+        if self._losses:
+            values = torch.stack(self._losses).to("cpu", torch.float64).tolist()
+            for value, size in zip(values, self._sizes, strict=True):
+                self._sum += value * size
+            self._losses.clear()
+            self._sizes.clear()
+        return self._sum
+
+
 @dataclass
 class Trainer:
     config: TrainConfig
@@ -371,10 +399,10 @@ class Trainer:
         return float(mine["loss_sum"]), int(mine["samples"])
 
     def checkpoint(
-        self, epochs: int, step: int, loss_sum: torch.Tensor, samples: int, *, final: bool
+        self, epochs: int, step: int, loss: EpochLoss, samples: int, *, final: bool
     ) -> None:
         """Collective (every rank calls it); rank 0 hands the state to the background writer."""
-        mine = {"rng": capture_rng(), "loss_sum": float(loss_sum.item()), "samples": samples}
+        mine = {"rng": capture_rng(), "loss_sum": loss.total(), "samples": samples}
         per_rank = all_gather_object(self.ctx, mine)
         if self.manager is None:
             return
@@ -421,15 +449,24 @@ class Trainer:
         return carried
 
     def run(self, point: ResumePoint, stop: StopAgreement, carried: tuple[float, int]) -> bool:
-        """Train to TOTAL_EPOCHS; False when an agreed stop (SIGTERM/SIGINT) ended it early."""
-        config, ctx = self.config, self.ctx
+        """Train to TOTAL_EPOCHS; False when an agreed stop (SIGTERM/SIGINT) ended it early.
+
+        The step itself is kept to what the tutorial's loop does (forward, backward, step) plus
+        two list appends: no per-step tensor arithmetic, allocation, host sync or clock read.
+        Everything else (loss totals, stop agreement, metrics) runs per epoch or per check."""
+        config = self.config
+        model, loss_fn, optimizer = self.model, self.task.loss_fn, self.task.optimizer
+        steps_per_epoch = self.data.steps_per_epoch()
         metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
         carried_loss, carried_samples = carried
         last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
+        # The first step creates the optimizer's lazy slots; the writer's staging buffer gets
+        # them right after it, not inside the first save.
+        restage = self.manager is not None
         for epoch in range(point.epochs_completed, config.total_epochs):
             started = time.perf_counter()
-            loss_sum = torch.tensor(carried_loss, dtype=torch.float64, device=ctx.device)
+            loss = EpochLoss(carried_loss)
             samples = carried_samples
             carried_loss, carried_samples = 0.0, 0
             stopped_at: int | None = None
@@ -437,35 +474,41 @@ class Trainer:
                 if stop.at_step():
                     stopped_at = step
                     break
-                loss = self.task.loss_fn(self.model(inputs), targets)
-                self.task.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.task.optimizer.step()
-                loss_sum.add_(loss.detach(), alpha=inputs.shape[0])
+                step_loss = loss_fn(model(inputs), targets)
+                optimizer.zero_grad(set_to_none=True)
+                step_loss.backward()
+                optimizer.step()
+                loss.add(step_loss, inputs.shape[0])
                 samples += inputs.shape[0]
+                if restage:
+                    restage = False
+                    self._restage(epoch, step + 1)
             start_step = 0
             if stopped_at is None and stop.drain():
-                stopped_at = self.data.steps_per_epoch()
-            if stopped_at is not None and stopped_at < self.data.steps_per_epoch():
+                stopped_at = steps_per_epoch
+            if stopped_at is not None and stopped_at < steps_per_epoch:
                 if last_saved != (epoch, stopped_at):
-                    self.checkpoint(epoch, stopped_at, loss_sum, samples, final=True)
+                    self.checkpoint(epoch, stopped_at, loss, samples, final=True)
                 return False
-            self._end_epoch(epoch, metrics, loss_sum, samples, started)
+            self._end_epoch(epoch, metrics, loss, samples, started)
             done = epoch + 1
             final = done == config.total_epochs or stopped_at is not None
             if done % config.save_every == 0 or final:
-                self.checkpoint(done, 0, torch.zeros(()), 0, final=final)
+                self.checkpoint(done, 0, EpochLoss(), 0, final=final)
                 last_saved = (done, 0)
             if stopped_at is not None:
                 return done == config.total_epochs
         return True
 
+    def _restage(self, epoch: int, step: int) -> None:
+        assert self.manager is not None
+        self.manager.prepare(self._state(epoch, step, []))
+
     def _end_epoch(
-        self, epoch: int, metrics: MetricsLog, loss_sum: torch.Tensor, samples: int, started: float
+        self, epoch: int, metrics: MetricsLog, loss: EpochLoss, samples: int, started: float
     ) -> None:
-        totals = torch.stack(
-            [loss_sum.to(torch.float64), torch.tensor(float(samples), dtype=torch.float64)]
-        ).to(self.ctx.device)
+        totals = torch.tensor([loss.total(), float(samples)], dtype=torch.float64)
+        totals = totals.to(self.ctx.device)
         dist.all_reduce(totals)
         if self.task.scheduler is not None:
             self.task.scheduler.step()

@@ -24,7 +24,7 @@ from tests.trainer.conftest import (
 from trainer.checkpoint import CheckpointError
 from trainer.cli import parse_config
 from trainer.distributed import DistContext
-from trainer.loop import ResumeRefusedError, _choose
+from trainer.loop import EpochLoss, ResumeRefusedError, _choose
 from trainer.metrics import read_metrics
 from trainer.plot import loss_curve
 
@@ -241,3 +241,17 @@ def test_a_failing_rank_s_traceback_reaches_torchruns_report(tmp_path: Path) -> 
     report = finished.output[finished.output.index("Root Cause") :]
     assert "deliberate failure in the task on rank 1" in report, finished.output
     assert "To enable traceback" not in report
+
+
+def test_epoch_loss_folds_exactly_like_a_float64_add_per_step() -> None:
+    generator = torch.Generator().manual_seed(3)
+    losses = torch.rand(50, generator=generator) * 7
+    sizes = [32] * 49 + [31]
+    reference = torch.tensor(0.25, dtype=torch.float64)
+    folded = EpochLoss(0.25)
+    for index, (loss, size) in enumerate(zip(losses, sizes, strict=True)):
+        reference.add_(loss, alpha=size)
+        folded.add(loss, size)
+        if index == 20:
+            assert folded.total() == reference.item()  # a checkpoint mid-epoch reads it
+    assert folded.total() == reference.item()
