@@ -1,12 +1,13 @@
 """The training image pushed to a loopback registry (Debian's docker-registry), two ways:
 
 * `podman push`, what `make image` users run;
-* podman's Docker-compatible API (`podman system service`), the way the stack's TrainingImage
-  (pulumi-docker) builds and pushes: POST /build with the classic builder (the compat API has
-  no BuildKit session endpoint), then POST /images/{name}/push, whose JSON stream reports the
-  pushed digest in its `aux` message; that digest is what the PyTorchJob references.
+* podman's Docker-compatible API (`podman system service`), the calls the stack's TrainingImage
+  (pulumi-docker's docker.Image) makes: POST /build with the classic builder (the compat API has
+  no BuildKit /session endpoint), POST /images/{name}/push, then GET /images/{name}/json, whose
+  RepoDigests[0] pulumi-docker reports as repoDigest, the reference the PyTorchJob runs.
 
-Either way the digest reported must be the digest of the manifest the registry serves.
+The digest each push reports must be the digest of the manifest the registry serves. The one
+the inspect reports is not, with podman 4.3: a strict xfail records that, and flips when fixed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -58,8 +60,10 @@ class Registry:
             return response.headers["Docker-Content-Digest"]
 
 
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[Registry]:
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """One registry for the module: the second push finds the base layer already there."""
+    tmp_path = tmp_path_factory.mktemp("registry")
     script = str(REPO_ROOT / "scripts" / "local-registry.sh")
     port = pick_free_port()
     started = subprocess.run(
@@ -140,6 +144,18 @@ def api_stream(
     return messages
 
 
+def api_json(sock: Path, url: str) -> dict[str, object]:
+    connection = UnixHTTPConnection(sock, timeout=120)
+    try:
+        connection.request("GET", url)
+        response = connection.getresponse()
+        payload = response.read().decode()
+    finally:
+        connection.close()
+    assert response.status == 200, f"GET {url}: {response.status} {payload}"
+    return json.loads(payload)
+
+
 def build_context() -> bytes:
     """trainer/ as a tar stream, the build context TrainingImage sends."""
     buffer = io.BytesIO()
@@ -150,10 +166,10 @@ def build_context() -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture
-def docker_api(tmp_path: Path, registry: Registry) -> Iterator[Path]:
-    """`podman system service` on a unix socket in tmp_path, with this run's registries.conf."""
-    sock = tmp_path / "podman.sock"
+@pytest.fixture(scope="module")
+def docker_api(tmp_path_factory: pytest.TempPathFactory, registry: Registry) -> Iterator[Path]:
+    """`podman system service` on a unix socket, with this module's registries.conf."""
+    sock = tmp_path_factory.mktemp("api") / "podman.sock"
     env = engine_env(CONTAINERS_REGISTRIES_CONF=str(registry.registries_conf))
     service = subprocess.Popen(
         [*ENGINE.argv, "system", "service", "--time", "0", f"unix://{sock}"],
@@ -178,9 +194,19 @@ def docker_api(tmp_path: Path, registry: Registry) -> Iterator[Path]:
             service.wait()
 
 
-def test_docker_api_build_and_push_reports_the_registrys_digest(
-    base_image: str, registry: Registry, docker_api: Path
-) -> None:
+@dataclass
+class ApiPush:
+    """What TrainingImage's calls return through the API: the push stream, the image afterwards."""
+
+    target: str
+    pushed: list[dict[str, object]]
+    inspected: dict[str, object]
+
+
+@pytest.fixture(scope="module")
+def api_push(base_image: str, registry: Registry, docker_api: Path) -> Iterator[ApiPush]:
+    """Build trainer/ and push it through the Docker API, as pulumi-docker's docker.Image does
+    (provider/image.go: ImageBuild, ImagePush, then ImageInspect for repoDigest)."""
     target = f"{registry.address}/{REPOSITORY}"
     query = urllib.parse.urlencode(
         {
@@ -197,16 +223,43 @@ def test_docker_api_build_and_push_reports_the_registrys_digest(
         **{"Content-Type": "application/x-tar"},
     )  # fmt: skip
     assert any("Successfully tagged" in str(m.get("stream", "")) for m in built), built
-
     auth = base64.urlsafe_b64encode(json.dumps({"serveraddress": registry.address}).encode())
     try:
         pushed = api_stream(
             docker_api, "POST", f"/v1.41/images/{urllib.parse.quote(target, safe='')}/push?tag=api",
             **{"X-Registry-Auth": auth.decode()},
         )  # fmt: skip
+        inspected = api_json(docker_api, f"/v1.41/images/{target}:api/json")
+        yield ApiPush(target, pushed, inspected)
     finally:
         podman("rmi", f"{target}:api", check=False)
 
-    digests = [m["aux"]["Digest"] for m in pushed if isinstance(m.get("aux"), dict)]
-    assert digests, pushed
-    assert registry.manifest_digest("api") == digests[-1]
+
+def test_docker_api_push_stream_reports_the_registrys_digest(
+    api_push: ApiPush, registry: Registry
+) -> None:
+    # Docker reports the digest as a status line "<tag>: digest: sha256:... size: N" and in an
+    # `aux` message; podman's compat API (4.3) sends only the status line.
+    reported = [
+        word
+        for message in api_push.pushed
+        for word in str(message.get("status", "")).split()
+        if word.startswith("sha256:")
+    ]
+    assert reported, api_push.pushed
+    assert reported[-1] == registry.manifest_digest("api")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="podman 4.3 keeps the local manifest digest in RepoDigests after a push (layers are "
+    "compressed on push, so the pushed manifest differs: containers/podman#14779), and "
+    "pulumi-docker's docker.Image takes repoDigest from that inspect when the push stream has "
+    "no aux digest (pulumi/pulumi-docker#846); with Docker Engine both agree",
+)
+def test_docker_api_repo_digest_after_push_is_the_registrys(
+    api_push: ApiPush, registry: Registry
+) -> None:
+    repo_digests = api_push.inspected["RepoDigests"]
+    assert isinstance(repo_digests, list) and repo_digests
+    assert repo_digests[0] == f"{api_push.target}@{registry.manifest_digest('api')}"
