@@ -45,7 +45,12 @@ fi
 }
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/base-image.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+candidate=localhost/pytorch-distributed-base:candidate-$inputs_hash
+cleanup() {
+  rm -rf "$work"
+  "${podman[@]}" rmi --force "$candidate" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
 rootfs=$work/rootfs
 wheels=$rootfs/tmp/wheels
 
@@ -74,7 +79,6 @@ rm -rf "$wheels" "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/li
   "$rootfs"/usr/share/doc "$rootfs"/usr/share/man "$rootfs"/usr/share/locale
 
 echo "base image: import as $image" >&2
-candidate=localhost/pytorch-distributed-base:candidate-$inputs_hash
 tar -C "$rootfs" --numeric-owner -cf - . | "${podman[@]}" import \
   --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'ENV LANG=C.UTF-8' \
@@ -92,5 +96,8 @@ dist.all_reduce(t)
 print("torch", torch.__version__, "cuda build", torch.version.cuda, "sum", t.tolist())
 ' >&2
 "${podman[@]}" tag "$candidate" "$image"
-"${podman[@]}" rmi "$candidate" >/dev/null
+"${podman[@]}" untag "$image" "$candidate"
+# Base images of earlier inputs are about 5 GB each: drop those no image or container still uses.
+"${podman[@]}" images --format '{{.Repository}}:{{.Tag}}' localhost/pytorch-distributed-base |
+  grep -vxF "$image" | xargs -r "${podman[@]}" rmi >/dev/null 2>&1 || true
 echo "$image"
