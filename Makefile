@@ -49,7 +49,7 @@ check-workflows: $(STAMP) ## Validate the GitHub workflows against their JSON sc
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
 
 pytest: $(STAMP) ## Run the test suite (without the container tests: see image-test).
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not container"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
 local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
 	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \

@@ -31,7 +31,8 @@ import pytest
 from tests.conftest import pick_free_port
 from tests.image.conftest import ENGINE, REPO_ROOT, engine_env, podman
 
-pytestmark = pytest.mark.container
+# The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
+pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 
 REPOSITORY = "pytorch-distributed-trainer"
 MANIFEST_TYPES = ", ".join(

@@ -24,7 +24,8 @@ from tests.image.conftest import (
 from tools.container_backend import LABEL_PREFIX
 from tools.run_local import PID_DIR_NAME
 
-pytestmark = pytest.mark.container
+# The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
+pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = "ddp-dev"

@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import pick_free_port
 from tests.image.conftest import podman, run_container
 
-pytestmark = pytest.mark.container
+# The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
+pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 
 ENTRYPOINT = "/opt/pytorch-distributed/trainer/entrypoint.sh"
 
