@@ -9,11 +9,18 @@ BIN := $(VENV)/bin
 REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16)
 STACK ?= dev
+# make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
+BACKEND ?= process
+IMAGE ?= localhost/pytorch-distributed-trainer:local
+# podman's OCI runtime for the image targets and the container backend (runc: crun fails on
+# hybrid-cgroup kernels such as CI's); CONTAINER_RUNTIME= uses podman's default.
+CONTAINER_RUNTIME ?= runc
+export CONTAINER_RUNTIME
 
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: help venv policy-venv test e2e e2e-tools lint format check-shell check-workflows pytest local render preview up destroy bench clean
+.PHONY: help venv policy-venv test e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy bench clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -50,7 +57,7 @@ check-shell: $(STAMP) ## shellcheck every shell script.
 check-workflows: $(STAMP) ## Validate the GitHub workflows against their JSON schema, offline.
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
 
-pytest: $(STAMP) ## Run the test suite (all but the real-engine suite).
+pytest: $(STAMP) ## Run the test suite (all but the real-engine and container suites).
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --ignore=tests/e2e
 
 e2e-tools: ## Build (or find cached) the Pulumi CLI, providers and control plane for `make e2e`.
@@ -59,8 +66,15 @@ e2e-tools: ## Build (or find cached) the Pulumi CLI, providers and control plane
 e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engine: pulumi preview/up/destroy against a local control plane.
 	$(BIN)/python -m pytest tests/e2e -p no:cacheprovider
 
-local: $(STAMP) ## Run the STACK's (default dev) training job on this machine.
-	$(BIN)/python -m tools.run_local --stack $(STACK)
+local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
+	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \
+	    $(if $(filter container,$(BACKEND)),--image $(IMAGE) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
+
+image: $(STAMP) ## Build the training image IMAGE from trainer/Dockerfile with podman (base image cached).
+	PYTHON=$(BIN)/python scripts/build-image.sh $(IMAGE)
+
+image-test: $(STAMP) ## The image and container tests: build, train in containers, push to a loopback registry.
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m container
 
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)

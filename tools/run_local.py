@@ -2,6 +2,8 @@
 
     python -m tools.run_local --stack dev [--checkpoint-root DIR] [--epochs N] [--save-every K]
                               [--dataset-size N]
+                              [--backend process|container [--image REF] [--engine podman|docker]
+                               [--container-runtime RUNTIME]]
 
 The job comes from the same settings validation and the same builder as the Pulumi program
 (`components.settings.load_stack_file`, `components.manifests.pytorchjob_manifest`), so what runs
@@ -18,6 +20,11 @@ Deliberate local deviations, all printed at start:
 * GPUs are used only when the machine has enough for every replica; otherwise the job runs on
   the CPU (gloo, one process per replica) and says so;
 * resource requests/limits, image pull secrets and /dev/shm sizing have no local meaning.
+
+With `--backend container` every replica runs as a container of the training image instead
+(`tools.container_backend`: the image's own paths, the claim mounted at its mountPath, the master
+reachable by its pod name on the host's network); the same supervisor runs them, and each
+replica's container name is written to `<checkpoint-root>/.run_local/<pod>.container`.
 
 Each replica's process-group id is written to `<checkpoint-root>/.run_local/<pod>.pid` while it
 runs (it is also its session id), so a test or a user can kill one "pod" on purpose.
@@ -39,11 +46,12 @@ from typing import Any
 
 from components.manifests import APP_DIR, pytorchjob_manifest
 from components.settings import REPO_ROOT, SettingsError, StackSettings, load_stack_file
-from tools import operator_env
+from tools import container_backend, operator_env
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
 
 LOCAL_IMAGE = "local"
+BACKENDS = ("process", "container")
 LOCAL_MASTER_ADDR = "127.0.0.1"
 PID_DIR_NAME = ".run_local"
 # The host's own launcher variables would leak into the replicas and confuse torchrun.
@@ -91,7 +99,53 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dataset-size", type=_positive_int("--dataset-size"), help="override job.datasetSize"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--backend",
+        default="process",
+        help="how each replica runs: process (default; local process trees) or container "
+        "(a container of the training image per replica)",
+    )
+    parser.add_argument(
+        "--image",
+        default=container_backend.DEFAULT_IMAGE,
+        help=f"--backend container: the training image (default {container_backend.DEFAULT_IMAGE},"
+        " what `make image` builds)",
+    )
+    parser.add_argument(
+        "--engine",
+        help="--backend container: podman or docker (default: podman if installed, else docker)",
+    )
+    parser.add_argument(
+        "--container-runtime",
+        help="--backend container with podman: the OCI runtime (podman --runtime), e.g. runc",
+    )
+    parser.add_argument(
+        "--container-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="--backend container: add NAME=VALUE to every container's environment (repeatable; "
+        "a local addition such as a trainer test hook)",
+    )
+    args = parser.parse_args(argv)
+    if args.backend not in BACKENDS:
+        parser.error(f"--backend = {args.backend!r}: allowed: {', '.join(BACKENDS)}")
+    if args.backend == "process":
+        container_only = (
+            ("--engine", args.engine),
+            ("--container-runtime", args.container_runtime),
+            ("--container-env", args.container_env or None),
+        )
+        for flag, value in container_only:
+            if value is not None:
+                parser.error(f"{flag} applies only to --backend container")
+    try:
+        args.container_env = dict(
+            container_backend.parse_env_assignment(text) for text in args.container_env
+        )
+    except container_backend.ContainerBackendError as error:
+        parser.error(str(error))
+    return args
 
 
 def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackSettings:
@@ -322,47 +376,126 @@ def print_summary(
     print("\n".join(lines), flush=True)
 
 
+def cpu_only(settings: StackSettings) -> tuple[StackSettings, str | None]:
+    """The container backend runs every replica on the CPU (no GPU passthrough here)."""
+    job = settings.job
+    if job.gpus_per_node == 0:
+        return settings, None
+    notice = (
+        f"NOTICE: the stack asks for {job.gpus_per_node} GPU(s) per replica; the container "
+        "backend runs on the CPU (gloo backend, one process per replica)."
+    )
+    return dataclasses.replace(settings, job=dataclasses.replace(job, gpus_per_node=0)), notice
+
+
+def container_commands(
+    job: Mapping[str, Any],
+    args: argparse.Namespace,
+    *,
+    namespace: str,
+    checkpoint_root: Path,
+    master_port: int,
+) -> tuple[list[ReplicaCommand], list[str]]:
+    """The replicas as containers of `--image`, run by the engine with the host's environment
+    plus this project's podman configuration."""
+    engine = container_backend.resolve_engine(args.engine, args.container_runtime)
+    engine_env = container_backend.engine_environment(host_environment(), REPO_ROOT)
+    if not container_backend.image_exists(engine, args.image, engine_env):
+        raise LocalRunError(
+            f"--image = {args.image!r}: {engine.name} has no such image; build it with "
+            "`make image` (scripts/build-image.sh) or pass the reference of one you built"
+        )
+    commands, notices = container_backend.replica_commands(
+        job,
+        engine=engine,
+        image=args.image,
+        namespace=namespace,
+        checkpoint_root=checkpoint_root,
+        master_port=master_port,
+        run=container_backend.run_id(),
+        workdir=REPO_ROOT,
+        extra_env=args.container_env,
+    )
+    return [dataclasses.replace(c, env=engine_env) for c in commands], notices
+
+
+def write_container_names(commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
+    """`<pod>.container`: the name of the pod's container, so a test or a user can kill it."""
+    pid_dir.mkdir(parents=True, exist_ok=True)
+    for pod, name in container_backend.container_names(commands).items():
+        (pid_dir / f"{pod}.container").write_text(f"{name}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     repo_root = REPO_ROOT
+    in_containers = args.backend == "container"
+    master_port = free_port()
     try:
         settings = apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
-        settings, visible_devices, device_notice = choose_devices(settings)
-    except (SettingsError, LocalRunError) as error:
+        if in_containers:
+            settings, device_notice = cpu_only(settings)
+        else:
+            settings, visible_devices, device_notice = choose_devices(settings)
+        checkpoint_root = (
+            args.checkpoint_root or repo_root / ".checkpoints" / args.stack
+        ).resolve()
+        job = pytorchjob_manifest(settings, image=args.image if in_containers else LOCAL_IMAGE)
+        if in_containers:
+            commands, notices = container_commands(
+                job,
+                args,
+                namespace=settings.namespace,
+                checkpoint_root=checkpoint_root,
+                master_port=master_port,
+            )
+        else:
+            commands, notices = replica_commands(
+                job,
+                namespace=settings.namespace,
+                checkpoint_root=checkpoint_root,
+                repo_root=repo_root,
+                master_port=master_port,
+                visible_devices=visible_devices,
+            )
+    except (
+        SettingsError,
+        LocalRunError,
+        operator_env.OperatorEnvError,
+        container_backend.ContainerBackendError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    checkpoint_root = (args.checkpoint_root or repo_root / ".checkpoints" / args.stack).resolve()
     checkpoint_root.mkdir(parents=True, exist_ok=True)
-    job = pytorchjob_manifest(settings, image=LOCAL_IMAGE)
-    try:
-        commands, notices = replica_commands(
-            job,
-            namespace=settings.namespace,
-            checkpoint_root=checkpoint_root,
-            repo_root=repo_root,
-            master_port=free_port(),
-            visible_devices=visible_devices,
-        )
-    except (LocalRunError, operator_env.OperatorEnvError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     checkpoint_dir = Path(
         PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
     )
-    supervisor = Supervisor(commands, job_policy(job), pid_dir=checkpoint_root / PID_DIR_NAME)
+    pid_dir = checkpoint_root / PID_DIR_NAME
+    supervisor = Supervisor(commands, job_policy(job), pid_dir=pid_dir)
     for notice in [device_notice, *notices]:
         if notice:
             supervisor.say(notice)
+    master_pod = operator_env.pod_name(settings.job.name, operator_env.MASTER, 0)
+    if in_containers:
+        write_container_names(commands, pid_dir)
+        rendezvous = (
+            f"rendezvous {master_pod}:{master_port} (the containers share the host's network; "
+            f"{master_pod} is {container_backend.LOOPBACK}, the port a free one instead of "
+            f"{operator_env.master_port(job)}), image {args.image}"
+        )
+    else:
+        rendezvous = (
+            f"rendezvous {LOCAL_MASTER_ADDR}:{master_port} (local stand-in for "
+            f"{master_pod}:{operator_env.master_port(job)})"
+        )
     supervisor.say(
         f"stack {args.stack}: PyTorchJob {settings.job.name}, "
-        f"{len(commands)} replica(s) ({', '.join(c.name for c in commands)}), "
-        f"nprocPerNode {job['spec']['nprocPerNode']}, "
-        f"rendezvous {LOCAL_MASTER_ADDR}:{commands[0].env['MASTER_PORT']} (local stand-in for "
-        f"{operator_env.pod_name(settings.job.name, operator_env.MASTER, 0)}:"
-        f"{operator_env.master_port(job)}), checkpoints in {checkpoint_dir}"
+        f"{len(commands)} replica(s) ({', '.join(c.name for c in commands)}) as "
+        f"{'containers' if in_containers else 'local processes'}, "
+        f"nprocPerNode {job['spec']['nprocPerNode']}, {rendezvous}, checkpoints in {checkpoint_dir}"
     )
     outcome = supervisor.run()
-    print_summary(outcome, settings, checkpoint_dir, commands[0].env)
+    print_summary(outcome, settings, checkpoint_dir, host_environment())
     return outcome.exit_code
 
 

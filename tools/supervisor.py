@@ -68,6 +68,9 @@ class ReplicaCommand:
     env: Mapping[str, str]
     cwd: Path
     restart_policy: str = "OnFailure"
+    # Run (best effort) whenever the replica's main process has exited and when the job ends:
+    # removes what lives outside its process tree, such as its container (tools.container_backend).
+    teardown: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.restart_policy not in KNOWN_POLICIES:
@@ -194,6 +197,22 @@ class Supervisor:
         for _ in range(2):
             procs.signal_pids(procs.tagged(REPLICA_TAG, self._tag(replica)), signal.SIGKILL)
 
+    def _teardown(self, replica: _Replica) -> None:
+        command = replica.command
+        if not command.teardown or replica.process is None:
+            return
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                list(command.teardown),
+                env=dict(command.env),
+                cwd=command.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=60,
+                check=False,
+            )
+
     def _write_pid(self, name: str, pid: int) -> None:
         # Tests and users find a replica's process group here; written atomically.
         if self._pid_dir is None:
@@ -208,6 +227,7 @@ class Supervisor:
         assert replica.process is not None
         returncode = replica.process.wait()
         self._kill_tree(replica)
+        self._teardown(replica)
         if replica.reader is not None:
             replica.reader.join(timeout=5)
         return container_exit_code(returncode)
@@ -392,6 +412,7 @@ class Supervisor:
         time.sleep(0.05 if strays else 0)
         procs.reap_adopted(skip=self._children_before)
         for replica in self._replicas:
+            self._teardown(replica)
             if replica.reader is not None:
                 replica.reader.join(timeout=2)
             if self._pid_dir is not None:

@@ -1,0 +1,273 @@
+"""Each replica of a PyTorchJob as a container of the training image (`--backend container`).
+
+What a pod gets on the cluster, given to a container here:
+
+* the image's entrypoint replaced by the container's `command`, its CMD by `args`, its working
+  directory by `workingDir` (Kubernetes semantics);
+* the container's own env, then what the training operator injects (`tools.operator_env`), the
+  operator's entries winning, and HOSTNAME = the pod name;
+* the checkpoint claim's `mountPath` bound to the local checkpoint root, a memory-backed
+  /dev/shm as large as its emptyDir's sizeLimit (or `DEFAULT_SHM_SIZE`);
+* the master reachable by its service name `<job>-master-0`: every container shares the host's
+  network (`--network host`, so all traffic stays on loopback and no container bridge or private
+  address range is involved) and resolves that name to 127.0.0.1 (`--add-host`). With one
+  network the rendezvous port must be free on this machine, so the job gets a free port instead
+  of the container port.
+
+The supervisor (`tools.supervisor`) runs each `<engine> run` in the foreground like a local
+process: the engine streams the container's output, proxies SIGTERM to it (`--sig-proxy`, the
+default of an attached run) and exits with the container's exit code (137 for a SIGKILLed one).
+Containers live outside the supervisor's process tree, so each replica also carries a teardown
+command (`<engine> rm --force`) that the supervisor runs whenever the replica exits and when the
+job ends: no container outlives its run. The supervisor's replica tag is passed into the
+container too, so where the engine runs containers as local processes (podman) the supervisor's
+own process sweep reaches them as well.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools import operator_env
+from tools.supervisor import REPLICA_TAG, ReplicaCommand
+
+ENGINES = ("podman", "docker")
+DEFAULT_IMAGE = "localhost/pytorch-distributed-trainer:local"
+DEFAULT_SHM_SIZE = "1g"
+LOOPBACK = "127.0.0.1"
+LABEL_PREFIX = "pytorch-distributed.run-local"
+# Values a pod gets from its own metadata (the downward API); nothing else is resolvable here.
+_FIELD_REFS = ("metadata.name", "metadata.namespace")
+
+
+class ContainerBackendError(ValueError):
+    """The container backend cannot run as asked; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The container engine's command line: `podman [--runtime R]` or `docker`."""
+
+    name: str
+    runtime: str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        if self.runtime and self.name == "podman":
+            return [self.name, "--runtime", self.runtime]
+        return [self.name]
+
+
+def resolve_engine(name: str | None, runtime: str | None) -> Engine:
+    """The engine asked for (`--engine`), else podman, else docker, whichever is installed."""
+    if name is not None and name not in ENGINES:
+        raise ContainerBackendError(f"--engine = {name!r}: allowed: {', '.join(ENGINES)}")
+    candidates = [name] if name is not None else list(ENGINES)
+    for candidate in candidates:
+        if shutil.which(candidate) is not None:
+            if runtime and candidate != "podman":
+                raise ContainerBackendError(
+                    f"--container-runtime = {runtime!r} is a podman option; {candidate} picks its "
+                    "runtime in its daemon's configuration: drop the flag"
+                )
+            return Engine(candidate, runtime or None)
+    wanted = name or " or ".join(ENGINES)
+    raise ContainerBackendError(
+        f"--backend container needs {wanted} on PATH (the engine, --engine, is not installed)"
+    )
+
+
+def run_id() -> str:
+    """A short token that makes this run's container names unique on the machine."""
+    return uuid.uuid4().hex[:8]
+
+
+def container_name(pod: str, run: str) -> str:
+    return f"{pod}-{run}"
+
+
+def _shm_size(template: Mapping[str, Any]) -> str:
+    for volume in template["spec"].get("volumes", []):
+        empty_dir = volume.get("emptyDir")
+        if empty_dir is not None and empty_dir.get("medium") == "Memory":
+            return str(empty_dir.get("sizeLimit", DEFAULT_SHM_SIZE)).replace("Gi", "g")
+    return DEFAULT_SHM_SIZE
+
+
+def _claim_mounts(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    claims = {
+        volume["name"]
+        for volume in template["spec"].get("volumes", [])
+        if "persistentVolumeClaim" in volume
+    }
+    return [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in claims]
+
+
+def _own_env(
+    container: Mapping[str, Any], *, pod: str, namespace: str
+) -> tuple[dict[str, str], list[str]]:
+    env: dict[str, str] = {}
+    notices: list[str] = []
+    fields = dict(zip(_FIELD_REFS, (pod, namespace), strict=True))
+    for entry in container.get("env", []):
+        name = entry["name"]
+        if "value" in entry:
+            env[name] = str(entry["value"])
+            continue
+        field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if field_path in fields:
+            env[name] = fields[field_path]
+        else:
+            notices.append(f"env {name} comes from {entry.get('valueFrom')}: not set locally")
+    return env, notices
+
+
+def replica_env(
+    job: Mapping[str, Any],
+    replica_type: str,
+    index: int,
+    *,
+    namespace: str,
+    master_port: int,
+) -> tuple[dict[str, str], list[str]]:
+    """The container's environment: its own env, then the operator's (which wins)."""
+    pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
+    spec = job["spec"]["pytorchReplicaSpecs"][replica_type]
+    container = _pytorch_container(spec["template"])
+    own, notices = _own_env(container, pod=pod, namespace=namespace)
+    injected = operator_env.injected_env(job, replica_type, index)
+    for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+        if key in injected:
+            injected[key] = str(master_port)
+    return {"HOSTNAME": pod, **own, **injected}, notices
+
+
+def _pytorch_container(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    for container in template["spec"]["containers"]:
+        if container["name"] == operator_env.DEFAULT_CONTAINER_NAME:
+            return container
+    name = operator_env.DEFAULT_CONTAINER_NAME
+    raise ContainerBackendError(f"the pod template has no {name!r} container")
+
+
+def replica_commands(
+    job: Mapping[str, Any],
+    *,
+    engine: Engine,
+    image: str,
+    namespace: str,
+    checkpoint_root: Path,
+    master_port: int,
+    run: str,
+    workdir: Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> tuple[list[ReplicaCommand], list[str]]:
+    """One `<engine> run` per pod, each with the teardown that removes its container.
+
+    `extra_env` (run_local's --container-env) is added to every container after the pod's own
+    environment: a local addition, e.g. a trainer test hook, never something a pod would get."""
+    commands: list[ReplicaCommand] = []
+    notices: list[str] = []
+    job_name = job["metadata"]["name"]
+    master_pod = operator_env.pod_name(job_name, operator_env.MASTER, 0)
+    for replica_type, index in operator_env.replica_pods(job):
+        pod = operator_env.pod_name(job_name, replica_type, index)
+        spec = job["spec"]["pytorchReplicaSpecs"][replica_type]
+        template = spec["template"]
+        container = _pytorch_container(template)
+        env, skipped = replica_env(
+            job, replica_type, index, namespace=namespace, master_port=master_port
+        )
+        notices += skipped
+        name = container_name(pod, run)
+        argv = [
+            *engine.argv,
+            "run",
+            "--rm",
+            "--name",
+            name,
+            "--label",
+            f"{LABEL_PREFIX}.run={run}",
+            "--label",
+            f"{LABEL_PREFIX}.pod={pod}",
+            "--network",
+            "host",
+            "--add-host",
+            f"{master_pod}:{LOOPBACK}",
+            "--shm-size",
+            _shm_size(template),
+            "--stop-timeout",
+            str(int(template["spec"].get("terminationGracePeriodSeconds", 30))),
+            # The supervisor's per-replica tag (set in the engine's own environment) goes in too.
+            "--env",
+            REPLICA_TAG,
+        ]
+        for key, value in {**env, **(extra_env or {})}.items():
+            argv += ["--env", f"{key}={value}"]
+        for mount_path in _claim_mounts(template, container):
+            argv += ["--volume", f"{checkpoint_root}:{mount_path}"]
+        if "workingDir" in container:
+            argv += ["--workdir", container["workingDir"]]
+        command = list(container.get("command", []))
+        if command:
+            argv += ["--entrypoint", command[0]]
+        argv += [image, *command[1:], *container.get("args", [])]
+        commands.append(
+            ReplicaCommand(
+                name=pod,
+                argv=argv,
+                env={},  # filled in by the caller: the engine's own environment
+                cwd=workdir,
+                restart_policy=spec.get("restartPolicy", "OnFailure"),
+                teardown=[*engine.argv, "rm", "--force", name],
+            )
+        )
+    return commands, notices
+
+
+def parse_env_assignment(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` from --container-env; the error names the flag and what is allowed."""
+    name, sep, value = text.partition("=")
+    if not sep or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is None:
+        raise ContainerBackendError(
+            f"--container-env = {text!r}: expected NAME=VALUE with NAME a variable name "
+            "(letters, digits, underscores; not starting with a digit)"
+        )
+    return name, value
+
+
+def image_exists(engine: Engine, image: str, env: Mapping[str, str]) -> bool:
+    result = subprocess.run(
+        [*engine.argv, "image", "inspect", image],
+        env=dict(env),
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+    return result.returncode == 0
+
+
+def engine_environment(host_env: Mapping[str, str], repo_root: Path) -> dict[str, str]:
+    """The engine's environment: the host's, with this project's podman configuration unless the
+    caller chose another (CONTAINERS_CONF / CONTAINERS_REGISTRIES_CONF already set)."""
+    env = dict(host_env)
+    conf_dir = repo_root / "tools" / "containers"
+    env.setdefault("CONTAINERS_CONF", str(conf_dir / "containers.conf"))
+    env.setdefault("CONTAINERS_REGISTRIES_CONF", str(conf_dir / "registries.conf"))
+    return env
+
+
+def container_names(commands: Sequence[ReplicaCommand]) -> dict[str, str]:
+    """Pod name -> container name, read back from each command line."""
+    names = {}
+    for command in commands:
+        argv = list(command.argv)
+        names[command.name] = argv[argv.index("--name") + 1]
+    return names
