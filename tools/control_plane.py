@@ -33,6 +33,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
 STORAGE_CLASS = "e2e-local"
+WEBHOOK_SECRET = "training-operator-webhook-cert"
+# Where the operator's certificate rotator expects the Secret mounted (pkg/cert in v1.9).
+WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
@@ -286,8 +289,10 @@ class ControlPlane:
             # Only what the stack exercises: namespaces, service accounts and their tokens, PV
             # binding and the claim/volume protection finalizers, and garbage collection (the
             # pods and services of a deleted job).
-            "--controllers=namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,"
-            "persistentvolume-binder,pvc-protection,pv-protection,garbage-collector",
+            "--controllers=namespace-controller,serviceaccount-controller,"
+            "serviceaccount-token-controller,root-ca-certificate-publisher-controller,"
+            "persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,"
+            "persistentvolume-protection-controller,garbage-collector-controller",
         ]
 
     def _start_operator(self) -> None:
@@ -303,7 +308,26 @@ class ControlPlane:
             ],
             env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
         )
+        self._wait(process, "its webhook certificate", self._mount_webhook_certificate)
         self._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
+
+    def _mount_webhook_certificate(self) -> bool:
+        """Do what the kubelet's secret volume does for the operator's pod: once the rotator has
+        filled in its Secret, put the files where it waits for them (its fixed CertDir)."""
+        import base64
+
+        from kubernetes import client
+
+        secret = client.CoreV1Api(self.api()).read_namespaced_secret(
+            WEBHOOK_SECRET, OPERATOR_NAMESPACE
+        )
+        data = secret.data or {}
+        if "tls.crt" not in data:
+            return False
+        WEBHOOK_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name, value in data.items():
+            (WEBHOOK_CERT_DIR / name).write_bytes(base64.b64decode(value))
+        return True
 
     def _start_kwok(self) -> None:
         server = free_port()
@@ -358,9 +382,7 @@ class ControlPlane:
         api = self.api()
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": OPERATOR_NAMESPACE}})
-        core.create_namespaced_secret(
-            OPERATOR_NAMESPACE, {"metadata": {"name": "training-operator-webhook-cert"}}
-        )
+        core.create_namespaced_secret(OPERATOR_NAMESPACE, {"metadata": {"name": WEBHOOK_SECRET}})
         client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(
             {"metadata": {"name": "validator.training-operator.kubeflow.org"}, "webhooks": []}
         )
