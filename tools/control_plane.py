@@ -247,6 +247,10 @@ class ControlPlane:
                 # The API server's own endpoints would be 127.0.0.1, which Endpoints forbid.
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
+                # That plugin taints every new node not-ready until the node lifecycle controller
+                # sees it Ready; here kwok is the kubelet and no lifecycle controller runs, so the
+                # taint would never go and nothing would schedule.
+                "--disable-admission-plugins=TaintNodesByCondition",
             ],
         )
         ca = pki / "apiserver.crt"

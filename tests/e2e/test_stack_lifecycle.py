@@ -220,17 +220,13 @@ def test_operator_creates_pods_and_services_with_the_emulated_environment(
         assert pod is not None, f"the operator created no pod {pod_name}"
         assert kube.get("service", pod_name) is not None, f"no service {pod_name}"
         container = pod["spec"]["containers"][0]
-        template_env = {
-            item["name"]
-            for item in manifest["spec"]["pytorchReplicaSpecs"][replica_type]["template"]["spec"][
-                "containers"
-            ][0].get("env", [])
-        }
-        operator_env = {
-            item["name"]: item.get("value")
-            for item in container.get("env", [])
-            if item["name"] not in template_env
-        }
+        template_env = manifest["spec"]["pytorchReplicaSpecs"][replica_type]["template"]["spec"][
+            "containers"
+        ][0].get("env", [])
+        # The operator appends its variables after the template's own (a later duplicate wins).
+        pod_env = container.get("env", [])
+        assert contains(pod_env[: len(template_env)], template_env) == [], pod_name
+        operator_env = {item["name"]: item.get("value") for item in pod_env[len(template_env) :]}
         assert operator_env == injected_env(manifest, replica_type, index), pod_name
 
 
