@@ -38,10 +38,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.tutorial_loop import PerSampleDataset
 from trainer.checkpoint import CheckpointManager, find_resumable, model_sha256
 from trainer.cli import TrainConfig
 from trainer.data import ShardedBatches
@@ -51,19 +52,6 @@ from trainer.metrics import read_metrics
 from trainer.task import TaskContext, regression_task
 
 WORLD_SIZE = 2
-
-
-class PerSampleDataset(Dataset):
-    """The tutorial's MyTrainDataset shape: a list of (input, target) tensors per sample."""
-
-    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        self.data = [(inputs[i].clone(), targets[i].clone()) for i in range(inputs.shape[0])]
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data[index]
 
 
 def baseline(args: argparse.Namespace, rank: int) -> dict[str, float | str]:
@@ -360,6 +348,9 @@ def main() -> int:
     parser.add_argument("--resume-mb", type=int, default=1024, help="0 skips the resume row")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="0 skips the end-to-end row")
     args = parser.parse_args()
+    if args.epochs < 2:
+        # Steady state leaves out the first epoch (warm-up), so one epoch leaves nothing.
+        parser.error(f"--epochs = {args.epochs}: allowed: 2 or more")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     print(

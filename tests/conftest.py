@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +33,32 @@ def pick_free_port() -> int:
 @pytest.fixture
 def free_port() -> int:
     return pick_free_port()
+
+
+def committed_epochs(checkpoint_dir: Path) -> int:
+    """Epochs of the newest committed checkpoint, from the trainer's manifest (0 if none)."""
+    try:
+        manifest = json.loads((checkpoint_dir / "manifest.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+    return max((entry["epochs_completed"] for entry in manifest["checkpoints"]), default=0)
+
+
+def wait_for_runner(
+    condition: Callable[[], bool],
+    what: str,
+    runner: subprocess.Popen[str],
+    timeout: float = 300,
+) -> None:
+    """Poll ``condition`` while ``runner`` (a `tools.run_local` process) lives; fail with its
+    output if it exits first, since a runner that died is the real finding."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if runner.poll() is not None:
+            out = runner.stdout.read() if runner.stdout else ""
+            pytest.fail(f"the runner exited ({runner.returncode}) before {what}\n{out}")
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
 
 
 @pytest.fixture

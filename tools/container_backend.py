@@ -30,7 +30,7 @@ import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,16 +110,23 @@ def _claim_mounts(template: Mapping[str, Any], container: Mapping[str, Any]) -> 
     return [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in claims]
 
 
-def _own_env(
-    container: Mapping[str, Any], *, pod: str, namespace: str
+def container_env(
+    container: Mapping[str, Any],
+    *,
+    pod: str,
+    namespace: str,
+    map_value: Callable[[str], str] = str,
 ) -> tuple[dict[str, str], list[str]]:
+    """The container's own env as the kubelet resolves it (values, and the downward API's pod
+    name and namespace), each value passed through ``map_value``; notices for what is skipped.
+    One home for both backends: the process backend maps paths to the host's, containers don't."""
     env: dict[str, str] = {}
     notices: list[str] = []
     fields = dict(zip(_FIELD_REFS, (pod, namespace), strict=True))
     for entry in container.get("env", []):
         name = entry["name"]
         if "value" in entry:
-            env[name] = str(entry["value"])
+            env[name] = map_value(str(entry["value"]))
             continue
         field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         if field_path in fields:
@@ -140,21 +147,13 @@ def replica_env(
     """The container's environment: its own env, then the operator's (which wins)."""
     pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
     spec = job["spec"]["pytorchReplicaSpecs"][replica_type]
-    container = _pytorch_container(spec["template"])
-    own, notices = _own_env(container, pod=pod, namespace=namespace)
+    container = operator_env.training_container(spec["template"], replica_type)
+    own, notices = container_env(container, pod=pod, namespace=namespace)
     injected = operator_env.injected_env(job, replica_type, index)
     for key in ("MASTER_PORT", "PET_MASTER_PORT"):
         if key in injected:
             injected[key] = str(master_port)
     return {"HOSTNAME": pod, **own, **injected}, notices
-
-
-def _pytorch_container(template: Mapping[str, Any]) -> Mapping[str, Any]:
-    for container in template["spec"]["containers"]:
-        if container["name"] == operator_env.DEFAULT_CONTAINER_NAME:
-            return container
-    name = operator_env.DEFAULT_CONTAINER_NAME
-    raise ContainerBackendError(f"the pod template has no {name!r} container")
 
 
 def replica_commands(
@@ -181,7 +180,7 @@ def replica_commands(
         pod = operator_env.pod_name(job_name, replica_type, index)
         spec = job["spec"]["pytorchReplicaSpecs"][replica_type]
         template = spec["template"]
-        container = _pytorch_container(template)
+        container = operator_env.training_container(template, replica_type)
         env, skipped = replica_env(
             job, replica_type, index, namespace=namespace, master_port=master_port
         )

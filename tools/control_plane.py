@@ -124,17 +124,7 @@ class ControlPlane:
         self._start_apiserver(etcd_url, token)
         self._write_kubeconfig(token)
         self._start("kube-controller-manager", self._controller_manager_args())
-        self._start(
-            "kube-scheduler",
-            [
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-            ],
-        )
+        self._start("kube-scheduler", self._component_args())
         self._install_crd()
         self._prepare_operator_namespace()
         self._start_operator()
@@ -279,7 +269,9 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
-    def _controller_manager_args(self) -> list[str]:
+    def _component_args(self) -> list[str]:
+        """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for
+        everything, one instance (no leader election), their own HTTPS port on loopback."""
         return [
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
@@ -287,6 +279,11 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        return [
+            *self._component_args(),
             f"--service-account-private-key-file={self._service_account_key}",
             f"--root-ca-file={self.workdir / 'pki' / 'apiserver.crt'}",
             "--use-service-account-credentials=false",

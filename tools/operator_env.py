@@ -90,23 +90,28 @@ def _nproc_per_node_int(job: Mapping[str, Any]) -> int:
         return 1  # "auto"/"cpu"/"gpu"/unset: torchrun decides, the operator counts one per pod
 
 
+def training_container(template: Mapping[str, Any], replica_type: str) -> Mapping[str, Any]:
+    """The pod template's `pytorch` container: the one the operator injects its environment
+    into and takes the rendezvous port from."""
+    for container in template.get("spec", {}).get("containers", []) or []:
+        if container.get("name") == DEFAULT_CONTAINER_NAME:
+            return container
+    raise OperatorEnvError(
+        f"the {replica_type} replica has no container named {DEFAULT_CONTAINER_NAME!r}; "
+        "the operator injects its environment into that one and takes the rendezvous port from it"
+    )
+
+
 def replica_port(job: Mapping[str, Any], replica_type: str) -> int:
     """The `pytorchjob-port` of a replica's `pytorch` container (defaulted to 23456)."""
     spec = replica_specs(job).get(replica_type)
     if spec is None:
         raise OperatorEnvError(f"the job has no {replica_type} replica spec")
-    containers = spec.get("template", {}).get("spec", {}).get("containers", [])
-    for container in containers:
-        if container.get("name") != DEFAULT_CONTAINER_NAME:
-            continue
-        for port in container.get("ports", []) or []:
-            if port.get("name") == DEFAULT_PORT_NAME:
-                return int(port["containerPort"])
-        return DEFAULT_PORT
-    raise OperatorEnvError(
-        f"the {replica_type} replica has no container named {DEFAULT_CONTAINER_NAME!r}; "
-        "the operator needs it to find the rendezvous port"
-    )
+    container = training_container(spec.get("template", {}), replica_type)
+    for port in container.get("ports", []) or []:
+        if port.get("name") == DEFAULT_PORT_NAME:
+            return int(port["containerPort"])
+    return DEFAULT_PORT
 
 
 def master_port(job: Mapping[str, Any]) -> int:

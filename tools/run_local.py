@@ -215,22 +215,16 @@ def _pod_template(job: Mapping[str, Any], replica_type: str) -> Mapping[str, Any
     return job["spec"]["pytorchReplicaSpecs"][replica_type]["template"]
 
 
-def _container(template: Mapping[str, Any]) -> Mapping[str, Any]:
-    for container in template["spec"]["containers"]:
-        if container["name"] == operator_env.DEFAULT_CONTAINER_NAME:
-            return container
-    name = operator_env.DEFAULT_CONTAINER_NAME
-    raise LocalRunError(f"the pod template has no {name!r} container")
-
-
-def path_mapper(template: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> PathMapper:
+def path_mapper(
+    template: Mapping[str, Any], replica_type: str, checkpoint_root: Path, repo_root: Path
+) -> PathMapper:
     claims = {
         volume["name"]
         for volume in template["spec"].get("volumes", [])
         if "persistentVolumeClaim" in volume
     }
     mounts: dict[str, Path] = {APP_DIR: repo_root}
-    for mount in _container(template).get("volumeMounts", []):
+    for mount in operator_env.training_container(template, replica_type).get("volumeMounts", []):
         if mount["name"] in claims:
             mounts[mount["mountPath"]] = checkpoint_root
     return PathMapper(mounts)
@@ -245,26 +239,6 @@ def host_environment() -> dict[str, str]:
     # entrypoint.sh runs `torchrun`: the one next to this interpreter (the project's venv).
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
-
-
-def container_env(
-    container: Mapping[str, Any], *, pod: str, namespace: str, mapper: PathMapper
-) -> tuple[dict[str, str], list[str]]:
-    """The container's own env (values mapped to local paths), and notices for what we skip."""
-    env: dict[str, str] = {}
-    notices: list[str] = []
-    field_values = {"metadata.name": pod, "metadata.namespace": namespace}
-    for entry in container.get("env", []):
-        name = entry["name"]
-        if "value" in entry:
-            env[name] = mapper(str(entry["value"]))
-            continue
-        field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-        if field_path in field_values:
-            env[name] = field_values[field_path]
-        else:
-            notices.append(f"env {name} comes from {entry.get('valueFrom')}: not set locally")
-    return env, notices
 
 
 def replica_commands(
@@ -289,9 +263,11 @@ def replica_commands(
     for slot, (replica_type, index) in enumerate(operator_env.replica_pods(job)):
         pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
         template = _pod_template(job, replica_type)
-        container = _container(template)
-        mapper = path_mapper(template, checkpoint_root, repo_root)
-        own_env, skipped = container_env(container, pod=pod, namespace=namespace, mapper=mapper)
+        container = operator_env.training_container(template, replica_type)
+        mapper = path_mapper(template, replica_type, checkpoint_root, repo_root)
+        own_env, skipped = container_backend.container_env(
+            container, pod=pod, namespace=namespace, map_value=mapper
+        )
         notices += skipped
         injected = operator_env.injected_env(job, replica_type, index)
         for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):

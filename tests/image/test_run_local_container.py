@@ -4,16 +4,15 @@ container of the training image, under the same supervision as the process backe
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import committed_epochs, wait_for_runner
 from tests.image.conftest import (
     RUNTIME,
     containers_labelled,
@@ -37,24 +36,6 @@ LONG_RUN = ("--epochs", "50", "--save-every", "1", "--dataset-size", "256")
 SLOW_WRITES = ("--container-env", "TRAINER_CHECKPOINT_WRITE_DELAY=1")
 
 
-def committed_epochs(checkpoint_dir: Path) -> int:
-    try:
-        manifest = json.loads((checkpoint_dir / "manifest.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
-    return max((entry["epochs_completed"] for entry in manifest["checkpoints"]), default=0)
-
-
-def wait_until(condition: Callable[[], bool], what: str, runner: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 300
-    while not condition():
-        if runner.poll() is not None:
-            out = runner.stdout.read() if runner.stdout else ""
-            pytest.fail(f"the runner exited ({runner.returncode}) before {what}\n{out}")
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.1)
-
-
 class ContainerRun:
     """`python -m tools.run_local --backend container` in the background, and its containers."""
 
@@ -75,7 +56,7 @@ class ContainerRun:
 
     def container_name(self, pod: str) -> str:
         path = self.checkpoint_root / PID_DIR_NAME / f"{pod}.container"
-        wait_until(path.exists, f"{path} exists", self.runner)
+        wait_for_runner(path.exists, f"{path} exists", self.runner)
         return path.read_text().strip()
 
     @property
@@ -117,7 +98,9 @@ def test_killed_worker_container_is_restarted_and_resumes_from_the_mount(
     checkpoint_dir = tmp_path / JOB
     run = container_run(*SMALL_RUN, *SLOW_WRITES)
     label = run.run_label
-    wait_until(lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", run.runner)
+    wait_for_runner(
+        lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", run.runner
+    )
     epochs_at_kill = committed_epochs(checkpoint_dir)
     podman("kill", "--signal", "KILL", run.container_name(WORKER))
     out = run.finish()
@@ -139,7 +122,9 @@ def test_ctrl_c_is_forwarded_into_the_containers_and_none_is_left(
     checkpoint_dir = tmp_path / JOB
     run = container_run(*LONG_RUN, *SLOW_WRITES)
     label = run.run_label
-    wait_until(lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", run.runner)
+    wait_for_runner(
+        lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", run.runner
+    )
     run.runner.send_signal(signal.SIGINT)
     out = run.finish()
 

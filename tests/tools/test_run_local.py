@@ -9,9 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 
 from components.manifests import pytorchjob_manifest
 from components.settings import SettingsError, load_stack_file
+from tests.conftest import committed_epochs, wait_for_runner
 from tests.tools.conftest import process_running
 from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
 
@@ -75,24 +74,6 @@ def process_tree(root: int) -> list[int]:
             tree.append(child)
             pending.append(child)
     return tree
-
-
-def committed_epochs(checkpoint_dir: Path) -> int:
-    """Epochs of the newest committed checkpoint, from the trainer's manifest (0 if none)."""
-    try:
-        manifest = json.loads((checkpoint_dir / "manifest.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
-    return max((entry["epochs_completed"] for entry in manifest["checkpoints"]), default=0)
-
-
-def wait_until(condition: Callable[[], bool], what: str, runner: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 180
-    while not condition():
-        if runner.poll() is not None:
-            pytest.fail(f"the runner exited ({runner.returncode}) before {what}")
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
 
 
 def inspect_checkpoint(checkpoint_dir: Path) -> dict[str, Any]:
@@ -311,7 +292,12 @@ def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path
         TRAINER_CHECKPOINT_WRITE_DELAY="1",
     )
     try:
-        wait_until(lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", runner)
+        wait_for_runner(
+            lambda: committed_epochs(checkpoint_dir) >= 1,
+            "a checkpoint exists",
+            runner,
+            timeout=180,
+        )
         pid_file = tmp_path / ".run_local" / f"{WORKER}.pid"
         tree = process_tree(int(pid_file.read_text()))
         epochs_at_kill = committed_epochs(checkpoint_dir)
@@ -342,7 +328,12 @@ def test_ctrl_c_stops_the_job_and_leaves_no_process_behind(tmp_path: Path) -> No
         TRAINER_CHECKPOINT_WRITE_DELAY="1",
     )
     try:
-        wait_until(lambda: committed_epochs(checkpoint_dir) >= 1, "a checkpoint exists", runner)
+        wait_for_runner(
+            lambda: committed_epochs(checkpoint_dir) >= 1,
+            "a checkpoint exists",
+            runner,
+            timeout=180,
+        )
         runner.send_signal(signal.SIGINT)
     finally:
         out = finish(runner, marker)
