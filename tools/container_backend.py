@@ -101,7 +101,9 @@ def _shm_size(template: Mapping[str, Any]) -> str:
     return DEFAULT_SHM_SIZE
 
 
-def _claim_mounts(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+def claim_mount_paths(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """Where ``container`` mounts the pod's persistent volume claims: the paths both backends
+    back with the local checkpoint root."""
     claims = {
         volume["name"]
         for volume in template["spec"].get("volumes", [])
@@ -210,7 +212,7 @@ def replica_commands(
         ]
         for key, value in {**env, **(extra_env or {})}.items():
             argv += ["--env", f"{key}={value}"]
-        for mount_path in _claim_mounts(template, container):
+        for mount_path in claim_mount_paths(template, container):
             argv += ["--volume", f"{checkpoint_root}:{mount_path}"]
         if "workingDir" in container:
             argv += ["--workdir", container["workingDir"]]

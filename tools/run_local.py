@@ -216,17 +216,14 @@ def _pod_template(job: Mapping[str, Any], replica_type: str) -> Mapping[str, Any
 
 
 def path_mapper(
-    template: Mapping[str, Any], replica_type: str, checkpoint_root: Path, repo_root: Path
+    template: Mapping[str, Any],
+    container: Mapping[str, Any],
+    checkpoint_root: Path,
+    repo_root: Path,
 ) -> PathMapper:
-    claims = {
-        volume["name"]
-        for volume in template["spec"].get("volumes", [])
-        if "persistentVolumeClaim" in volume
-    }
     mounts: dict[str, Path] = {APP_DIR: repo_root}
-    for mount in operator_env.training_container(template, replica_type).get("volumeMounts", []):
-        if mount["name"] in claims:
-            mounts[mount["mountPath"]] = checkpoint_root
+    for mount_path in container_backend.claim_mount_paths(template, container):
+        mounts[mount_path] = checkpoint_root
     return PathMapper(mounts)
 
 
@@ -264,7 +261,7 @@ def replica_commands(
         pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
         template = _pod_template(job, replica_type)
         container = operator_env.training_container(template, replica_type)
-        mapper = path_mapper(template, replica_type, checkpoint_root, repo_root)
+        mapper = path_mapper(template, container, checkpoint_root, repo_root)
         own_env, skipped = container_backend.container_env(
             container, pod=pod, namespace=namespace, map_value=mapper
         )

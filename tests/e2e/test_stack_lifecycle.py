@@ -28,7 +28,7 @@ from tests.e2e.conftest import (
     Project,
     stack_config,
 )
-from tools.operator_env import injected_env, replica_pods
+from tools.operator_env import injected_env, replica_pods, training_container
 
 NAMESPACE = "default"
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
@@ -219,12 +219,10 @@ def test_operator_creates_pods_and_services_with_the_emulated_environment(
         pod = kube.get("pod", pod_name)
         assert pod is not None, f"the operator created no pod {pod_name}"
         assert kube.get("service", pod_name) is not None, f"no service {pod_name}"
-        container = pod["spec"]["containers"][0]
-        template_env = manifest["spec"]["pytorchReplicaSpecs"][replica_type]["template"]["spec"][
-            "containers"
-        ][0].get("env", [])
+        template = manifest["spec"]["pytorchReplicaSpecs"][replica_type]["template"]
+        template_env = training_container(template, replica_type).get("env", [])
         # The operator appends its variables after the template's own (a later duplicate wins).
-        pod_env = container.get("env", [])
+        pod_env = training_container(pod, replica_type).get("env", [])
         assert contains(pod_env[: len(template_env)], template_env) == [], pod_name
         operator_env = {item["name"]: item.get("value") for item in pod_env[len(template_env) :]}
         assert operator_env == injected_env(manifest, replica_type, index), pod_name
