@@ -142,19 +142,26 @@ def replica_env(
     job: Mapping[str, Any],
     replica_type: str,
     index: int,
+    container: Mapping[str, Any],
     *,
     namespace: str,
     master_port: int,
+    master_addr: str | None = None,
+    map_value: Callable[[str], str] = str,
 ) -> tuple[dict[str, str], list[str]]:
-    """The container's environment: its own env, then the operator's (which wins)."""
+    """A pod's environment as both backends start it: the pod's hostname, the container's own
+    env, then the operator's (which wins), with the rendezvous moved to ``master_port`` (and
+    ``master_addr`` where the master's pod name does not resolve to it)."""
     pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
-    spec = job["spec"]["pytorchReplicaSpecs"][replica_type]
-    container = operator_env.training_container(spec["template"], replica_type)
-    own, notices = container_env(container, pod=pod, namespace=namespace)
+    own, notices = container_env(container, pod=pod, namespace=namespace, map_value=map_value)
     injected = operator_env.injected_env(job, replica_type, index)
     for key in ("MASTER_PORT", "PET_MASTER_PORT"):
         if key in injected:
             injected[key] = str(master_port)
+    if master_addr is not None:
+        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+            if key in injected:
+                injected[key] = master_addr
     return {"HOSTNAME": pod, **own, **injected}, notices
 
 
@@ -184,7 +191,7 @@ def replica_commands(
         template = spec["template"]
         container = operator_env.training_container(template, replica_type)
         env, skipped = replica_env(
-            job, replica_type, index, namespace=namespace, master_port=master_port
+            job, replica_type, index, container, namespace=namespace, master_port=master_port
         )
         notices += skipped
         name = container_name(pod, run)

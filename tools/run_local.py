@@ -262,22 +262,18 @@ def replica_commands(
         template = _pod_template(job, replica_type)
         container = operator_env.training_container(template, replica_type)
         mapper = path_mapper(template, container, checkpoint_root, repo_root)
-        own_env, skipped = container_backend.container_env(
-            container, pod=pod, namespace=namespace, map_value=mapper
+        pod_env, skipped = container_backend.replica_env(
+            job,
+            replica_type,
+            index,
+            container,
+            namespace=namespace,
+            master_port=master_port,
+            master_addr=LOCAL_MASTER_ADDR,
+            map_value=mapper,
         )
         notices += skipped
-        injected = operator_env.injected_env(job, replica_type, index)
-        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
-            injected[key] = LOCAL_MASTER_ADDR
-        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
-            injected[key] = str(master_port)
-        env = {
-            **base,
-            "HOSTNAME": pod,
-            "CUDA_VISIBLE_DEVICES": visible_devices[slot],
-            **own_env,
-            **injected,  # the operator's entries come after the container's: they win
-        }
+        env = {**base, "CUDA_VISIBLE_DEVICES": visible_devices[slot], **pod_env}
         argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
         cwd = Path(mapper(container.get("workingDir", APP_DIR)))
         restart_policy = job["spec"]["pytorchReplicaSpecs"][replica_type].get(
