@@ -13,15 +13,21 @@ the same name: delete or rename it deliberately (the data is never removed behin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.manifests import checkpoint_claim_manifest, resource_names
-from components.settings import StackSettings
+from components.settings import CheckpointSettings
 
 
 class CheckpointVolume(pulumi.ComponentResource):
-    """The checkpoint PVC, or a reference to `checkpoints.existingClaim`."""
+    """The checkpoint PVC, or a reference to `checkpoints.existingClaim`.
+
+    `claim` is the PVC manifest from `stack_objects`, None when the stack mounts an existing claim.
+    The Kubernetes provider comes from the parent's `providers`.
+    """
 
     claim_name: pulumi.Output[str]
     claim: k8s.core.v1.PersistentVolumeClaim | None
@@ -29,26 +35,24 @@ class CheckpointVolume(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        settings: StackSettings,
-        *,
-        provider: k8s.Provider,
+        checkpoints: CheckpointSettings,
+        claim: Mapping[str, Any] | None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:CheckpointVolume", name, None, opts)
-        if settings.checkpoints.existing_claim is not None:
+        if claim is None:
             # Someone else owns that claim: mount it, never manage (or delete) it.
+            if checkpoints.existing_claim is None:
+                raise ValueError("without a claim manifest, checkpoints.existingClaim must be set")
             self.claim = None
-            self.claim_name = pulumi.Output.from_input(resource_names(settings).claim)
+            self.claim_name = pulumi.Output.from_input(checkpoints.existing_claim)
         else:
-            manifest = checkpoint_claim_manifest(settings)
             self.claim = k8s.core.v1.PersistentVolumeClaim(
                 f"{name}-claim",
-                metadata=manifest["metadata"],
-                spec=manifest["spec"],
+                metadata=claim["metadata"],
+                spec=claim["spec"],
                 opts=pulumi.ResourceOptions(
-                    parent=self,
-                    provider=provider,
-                    retain_on_delete=settings.checkpoints.retain_on_destroy,
+                    parent=self, retain_on_delete=checkpoints.retain_on_destroy
                 ),
             )
             self.claim_name = self.claim.metadata.apply(lambda metadata: metadata.name)

@@ -111,18 +111,18 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
-def _dockerconfig(server: str, username: str, password: str) -> str:
-    return json.dumps(
-        {
-            "auths": {
-                server: {
-                    "username": username,
-                    "password": password,
-                    "auth": _b64(f"{username}:{password}"),
-                }
-            }
-        }
-    )
+def docker_config(server: str, username: str, password: Any) -> dict[str, Any]:
+    """The `.dockerconfigjson` layout the kubelet reads: one `auths` entry for the registry.
+
+    With an Output password, `password` and `auth` stay Outputs at the leaves, for
+    Output.json_dumps to serialize without ever exposing the value.
+    """
+    if isinstance(password, pulumi.Output):
+        auth: Any = pulumi.Output.concat(username, ":", password).apply(_b64)
+    else:
+        password = str(password)
+        auth = _b64(f"{username}:{password}")
+    return {"auths": {server: {"username": username, "password": password, "auth": auth}}}
 
 
 def registry_secret_manifest(settings: StackSettings, *, password: Any) -> dict[str, Any]:
@@ -131,24 +131,13 @@ def registry_secret_manifest(settings: StackSettings, *, password: Any) -> dict[
     name = resource_names(settings).pull_secret
     if registry is None or name is None:
         raise ValueError("registry_secret_manifest needs settings.registry")
+    config = docker_config(registry.server, registry.username, password)
     if isinstance(password, pulumi.Output):
-        auth = pulumi.Output.concat(registry.username, ":", password).apply(_b64)
-        config_json = pulumi.Output.json_dumps(
-            {
-                "auths": {
-                    registry.server: {
-                        "username": registry.username,
-                        "password": password,
-                        "auth": auth,
-                    }
-                }
-            }
-        )
         # apply() keeps the secret bit of `password`; wrap again so it holds even if a caller
         # hands in a non-secret Output by mistake.
-        encoded: Any = pulumi.Output.secret(config_json.apply(_b64))
+        encoded: Any = pulumi.Output.secret(pulumi.Output.json_dumps(config).apply(_b64))
     else:
-        encoded = _b64(_dockerconfig(registry.server, registry.username, str(password)))
+        encoded = _b64(json.dumps(config))
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -159,7 +148,7 @@ def registry_secret_manifest(settings: StackSettings, *, password: Any) -> dict[
 
 
 def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
-    """The checkpoint PVC. Callers skip it when `checkpoints.existingClaim` names one."""
+    """The checkpoint PVC; stack_objects leaves it out when `checkpoints.existingClaim` is set."""
     checkpoints = settings.checkpoints
     spec: dict[str, Any] = {
         "accessModes": [checkpoints.access_mode],
@@ -335,3 +324,45 @@ def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any
             "pytorchReplicaSpecs": replica_specs,
         },
     }
+
+
+@dataclass(frozen=True)
+class StackObjects:
+    """The Kubernetes objects one stack applies; None where the stack has no such object."""
+
+    pull_secret: dict[str, Any] | None
+    claim: dict[str, Any] | None
+    job: dict[str, Any]
+
+    def in_apply_order(self) -> list[dict[str, Any]]:
+        """The job pulls with the Secret and mounts the claim, so both come before it."""
+        return [
+            manifest
+            for manifest in (self.pull_secret, self.claim, self.job)
+            if manifest is not None
+        ]
+
+
+def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> StackObjects:
+    """Which objects the stack has, and their manifests: the one answer the Pulumi program
+    (TrainingEnvironment) and the offline render both follow, so they cannot disagree.
+
+    `image` is the reference the job runs and `password` the one the pull Secret carries (the
+    program's secret Outputs, the render's stand-ins); `password` is unused without a registry.
+    """
+    names = resource_names(settings)
+    return StackObjects(
+        # Without a registry the pods pull anonymously: there is no credential to hold.
+        pull_secret=(
+            registry_secret_manifest(settings, password=password)
+            if names.pull_secret is not None
+            else None
+        ),
+        # An existing claim belongs to someone else: the job mounts it, the stack never owns it.
+        claim=(
+            checkpoint_claim_manifest(settings)
+            if settings.checkpoints.existing_claim is None
+            else None
+        ),
+        job=pytorchjob_manifest(settings, image=image),
+    )

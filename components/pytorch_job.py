@@ -9,13 +9,13 @@ new job resumes from the last one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.manifests import pytorchjob_manifest
-from components.settings import StackSettings
+from components.settings import JobSettings
 
 # With waitFor "running", `pulumi up` waits until every pod runs; pulling a multi-GB CUDA image
 # onto fresh GPU nodes can take far longer than the provider's default.
@@ -23,24 +23,26 @@ RUNNING_TIMEOUT = "30m"
 
 
 class PyTorchJob(pulumi.ComponentResource):
-    """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted."""
+    """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted.
+
+    `manifest` is the job from `stack_objects`; the Kubernetes provider comes from the parent's
+    `providers`.
+    """
 
     job_name: pulumi.Output[str]
 
     def __init__(
         self,
         name: str,
-        settings: StackSettings,
+        job: JobSettings,
+        manifest: Mapping[str, Any],
         *,
-        image: pulumi.Input[str],
-        provider: k8s.Provider,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:PyTorchJob", name, None, opts)
-        manifest = pytorchjob_manifest(settings, image=image)
         timeouts = None
-        if settings.job.wait_for == "running":
+        if job.wait_for == "running":
             timeouts = pulumi.CustomTimeouts(create=RUNNING_TIMEOUT, update=RUNNING_TIMEOUT)
         self.job = k8s.apiextensions.CustomResource(
             f"{name}-job",
@@ -50,7 +52,6 @@ class PyTorchJob(pulumi.ComponentResource):
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=provider,
                 depends_on=list(depends_on),
                 replace_on_changes=["spec"],
                 delete_before_replace=True,

@@ -1,8 +1,9 @@
 """TrainingEnvironment: the whole training run (image, credential, claim, job) as one component.
 
-It owns the one explicit Kubernetes provider (and the Docker provider when it builds): the stack
-files disable the default providers, so nothing can land in whatever cluster the ambient kubeconfig
-happens to point at.
+It owns the one explicit Kubernetes provider (and the Docker provider when it builds) and hands
+them to its children as `providers`, which every resource under them inherits through `parent=`:
+the stack files disable the default providers, so nothing can land in whatever cluster the ambient
+kubeconfig happens to point at. Which children exist follows `stack_objects`, as the render does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 
 from components.checkpoint_volume import CheckpointVolume
-from components.manifests import resource_names
+from components.manifests import resource_names, stack_objects
 from components.pytorch_job import PyTorchJob
 from components.registry_credential import RegistryCredential
 from components.settings import StackSettings
@@ -46,46 +47,42 @@ class TrainingEnvironment(pulumi.ComponentResource):
         self, name: str, settings: StackSettings, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("pytorch-distributed:index:TrainingEnvironment", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        kubernetes = k8s.Provider(
-            f"{name}-kubernetes",
-            context=settings.kube_context,
-            namespace=settings.namespace,
-            # Server-side apply lets the operator and Run:ai own the fields they add to the job
-            # without Pulumi fighting them on every update.
-            enable_server_side_apply=True,
-            opts=child,
-        )
-        docker_provider = (
-            docker.Provider(f"{name}-docker", opts=child) if settings.image.build else None
-        )
-        registry = settings.registry
-        image = TrainingImage(
-            f"{name}-image",
-            settings.image,
-            registry,
-            docker_provider=docker_provider,
-            opts=child,
-        )
-        job_dependencies: list[pulumi.Resource] = []
-        if registry is not None:
-            credential = RegistryCredential(
-                f"{name}-registry",
-                settings,
-                password=registry.password,
-                provider=kubernetes,
-                opts=child,
+        own = pulumi.ResourceOptions(parent=self)
+        providers: list[pulumi.ProviderResource] = [
+            k8s.Provider(
+                f"{name}-kubernetes",
+                context=settings.kube_context,
+                namespace=settings.namespace,
+                # Server-side apply lets the operator and Run:ai own the fields they add to the job
+                # without Pulumi fighting them on every update.
+                enable_server_side_apply=True,
+                opts=own,
             )
-            job_dependencies.append(credential)
-        volume = CheckpointVolume(f"{name}-checkpoints", settings, provider=kubernetes, opts=child)
-        job_dependencies.append(volume)
-        job = PyTorchJob(
-            f"{name}-job",
+        ]
+        if settings.image.build:
+            providers.append(docker.Provider(f"{name}-docker", opts=own))
+        # Every child and each of its resources (parent=self) resolve their provider from this
+        # map, by package: none can fall back to a default provider.
+        child = pulumi.ResourceOptions(parent=self, providers=providers)
+        image = TrainingImage(f"{name}-image", settings.image, settings.registry, opts=child)
+        registry = settings.registry
+        objects = stack_objects(
             settings,
             image=image.image_ref,
-            provider=kubernetes,
-            depends_on=job_dependencies,
-            opts=child,
+            # Secret even if a caller hands in a plain value: state only ever holds `[secret]`.
+            password=None if registry is None else pulumi.Output.secret(registry.password),
+        )
+        job_dependencies: list[pulumi.Resource] = []
+        if objects.pull_secret is not None:
+            job_dependencies.append(
+                RegistryCredential(f"{name}-registry", objects.pull_secret, opts=child)
+            )
+        volume = CheckpointVolume(
+            f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child
+        )
+        job_dependencies.append(volume)
+        job = PyTorchJob(
+            f"{name}-job", settings.job, objects.job, depends_on=job_dependencies, opts=child
         )
 
         names = resource_names(settings)

@@ -36,7 +36,10 @@ def context_tag(context: Path = TRAINER_DIR) -> str:
 
 
 class TrainingImage(pulumi.ComponentResource):
-    """Builds `trainer/` (or passes `image.ref` through) and exposes the pinned image reference."""
+    """Builds `trainer/` (or passes `image.ref` through) and exposes the pinned image reference.
+
+    The Docker provider comes from the parent's `providers`.
+    """
 
     image_ref: pulumi.Output[str]
 
@@ -45,8 +48,6 @@ class TrainingImage(pulumi.ComponentResource):
         name: str,
         image: ImageSettings,
         registry: RegistrySettings | None,
-        *,
-        docker_provider: docker.Provider | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:TrainingImage", name, None, opts)
@@ -63,8 +64,9 @@ class TrainingImage(pulumi.ComponentResource):
             self.register_outputs({"imageRef": self.image_ref})
             return
         assert image.repository is not None
-        if docker_provider is None:
-            raise ValueError("building the image needs an explicit docker provider")
+        if self.get_provider("docker:index/image:Image") is None:
+            # The stack files disable the default provider; say so before the engine does.
+            raise ValueError("building the image needs a docker provider in opts.providers")
         registry_args = None
         if registry is not None:
             registry_args = docker.RegistryArgs(
@@ -83,7 +85,7 @@ class TrainingImage(pulumi.ComponentResource):
             ),
             registry=registry_args,
             skip_push=False,
-            opts=pulumi.ResourceOptions(parent=self, provider=docker_provider),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.image_ref = built.repo_digest
         self.register_outputs({"imageRef": self.image_ref})

@@ -2,8 +2,9 @@
 
     python -m tools.render --stack prod --out DIR
 
-Built from the same settings validation and manifest builders as the Pulumi program, so a review
-of the YAML is a review of what `pulumi up` applies. Offline stand-ins:
+Built from the same settings validation and `stack_objects` (which objects, which manifests) as
+the Pulumi program, so a review of the YAML is a review of what `pulumi up` applies. Offline
+stand-ins:
 * the registry password is always the marker `<redacted>` (whatever the stack file holds), so
   the Secret's data never carries a real credential;
 * an image the stack builds is shown as its repository with a placeholder digest of 64 zeros
@@ -24,11 +25,7 @@ from typing import Any
 
 import yaml
 
-from components.manifests import (
-    checkpoint_claim_manifest,
-    pytorchjob_manifest,
-    registry_secret_manifest,
-)
+from components.manifests import stack_objects
 from components.settings import REDACTED, SettingsError, StackSettings, load_stack_file
 from tools.stack_cli import add_stack_arguments
 
@@ -44,17 +41,6 @@ def image_reference(settings: StackSettings) -> str:
     return settings.image.ref
 
 
-def stack_objects(settings: StackSettings) -> list[dict[str, Any]]:
-    """The objects in the order the program creates them (the job depends on the others)."""
-    objects: list[dict[str, Any]] = []
-    if settings.registry is not None:
-        objects.append(registry_secret_manifest(settings, password=REDACTED))
-    if settings.checkpoints.existing_claim is None:
-        objects.append(checkpoint_claim_manifest(settings))
-    objects.append(pytorchjob_manifest(settings, image=image_reference(settings)))
-    return objects
-
-
 def file_name(position: int, manifest: Mapping[str, Any]) -> str:
     kind = str(manifest["kind"]).lower()
     return f"{position:02d}-{kind}-{manifest['metadata']['name']}{RENDERED_SUFFIX}"
@@ -67,7 +53,8 @@ def to_yaml(manifest: Mapping[str, Any]) -> str:
 def render(settings: StackSettings, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for position, manifest in enumerate(stack_objects(settings), start=1):
+    objects = stack_objects(settings, image=image_reference(settings), password=REDACTED)
+    for position, manifest in enumerate(objects.in_apply_order(), start=1):
         path = out / file_name(position, manifest)
         path.write_text(to_yaml(manifest), encoding="utf-8")
         written.append(path)

@@ -19,9 +19,11 @@ from components.manifests import (
     MASTER_PORT,
     checkpoint_claim_manifest,
     common_labels,
+    docker_config,
     pytorchjob_manifest,
     registry_secret_manifest,
     resource_names,
+    stack_objects,
     wait_annotations,
 )
 from components.settings import StackSettings, load_stack_file, parse_settings
@@ -232,6 +234,20 @@ def test_registry_secret_with_plain_password() -> None:
     entry = config["auths"]["registry.example.com"]
     assert entry["username"] == "robot" and entry["password"] == "p@ss"
     assert base64.b64decode(entry["auth"]).decode() == "robot:p@ss"
+    assert config == docker_config("registry.example.com", "robot", "p@ss")
+
+
+def test_docker_config_layout() -> None:
+    """What the kubelet reads: `auths` by server, with `auth` = base64 of user:password."""
+    assert docker_config("registry.example.com:5000", "robot", "p@ss") == {
+        "auths": {
+            "registry.example.com:5000": {
+                "username": "robot",
+                "password": "p@ss",
+                "auth": base64.b64encode(b"robot:p@ss").decode(),
+            }
+        }
+    }
 
 
 def test_registry_secret_needs_a_registry() -> None:
@@ -258,20 +274,40 @@ def test_registry_secret_with_secret_output_stays_secret() -> None:
     assert captured["secret"] is True
     config = json.loads(base64.b64decode(captured["value"]))
     assert config["auths"]["registry.example.com"]["password"] == "p@ss"
+    # The same layout as with a plain password: one builder serves both.
+    assert config == docker_config("registry.example.com", "robot", "p@ss")
 
 
-def stack_manifests(settings: StackSettings) -> list[dict[str, Any]]:
-    manifests = [pytorchjob_manifest(settings, image=IMAGE)]
-    if settings.checkpoints.existing_claim is None:
-        manifests.append(checkpoint_claim_manifest(settings))
-    if settings.registry is not None:
-        manifests.append(registry_secret_manifest(settings, password="not-a-real-password"))
-    return manifests
+def kinds(settings: StackSettings) -> list[str]:
+    objects = stack_objects(settings, image=IMAGE, password="not-a-real-password")
+    return [manifest["kind"] for manifest in objects.in_apply_order()]
+
+
+def test_stack_objects_decides_which_objects_exist() -> None:
+    registry = {"server": "registry.example.com", "username": "robot"}
+    assert kinds(settings_for()) == ["PersistentVolumeClaim", "PyTorchJob"]
+    assert kinds(settings_for(registry=registry)) == [
+        "Secret",
+        "PersistentVolumeClaim",
+        "PyTorchJob",
+    ]
+    shared = settings_for(registry=registry, checkpoints={"existingClaim": "shared-ckpt"})
+    assert kinds(shared) == ["Secret", "PyTorchJob"]
+    objects = stack_objects(shared, image=IMAGE, password="p@ss")
+    assert objects.claim is None
+    assert objects.pull_secret == registry_secret_manifest(shared, password="p@ss")
+    assert objects.job == pytorchjob_manifest(shared, image=IMAGE)
+    without_registry = stack_objects(settings_for(), image=IMAGE, password=None)
+    assert without_registry.pull_secret is None
+    assert without_registry.claim == checkpoint_claim_manifest(settings_for())
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_stack_manifests_validate_against_kubernetes_schemas(repo_root: Path, stack: str) -> None:
-    for manifest in stack_manifests(load_stack_file(stack, repo_root)):
+    objects = stack_objects(
+        load_stack_file(stack, repo_root), image=IMAGE, password="not-a-real-password"
+    )
+    for manifest in objects.in_apply_order():
         validate_manifest(manifest)
 
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
+from components.manifests import docker_config
 from tests.components import RUNNING_OR_SUCCEEDED
 from tests.components.k8s_rules import validate_manifest
 from tests.pulumi_harness import (
@@ -38,6 +39,8 @@ K8S_PROVIDER = "pulumi:providers:kubernetes"
 DOCKER_PROVIDER = "pulumi:providers:docker"
 COMPONENT = "pytorch-distributed:index:"
 KUBERNETES_TYPES = (JOB, PVC, SECRET)
+PROVIDER_OF_PACKAGE = {"kubernetes": K8S_PROVIDER, "docker": DOCKER_PROVIDER}
+PREBUILT_REF = "registry.example.com/ml/pytorch-ddp-example@sha256:" + "c" * 64
 
 Runner = Callable[..., ProgramResult]
 
@@ -135,6 +138,31 @@ def test_component_tree_and_explicit_provider(
         assert resource.name.startswith(component.name + "-")
         assert resource.provider.startswith(kubernetes_provider.urn + "::"), resource.name
     assert result.one(IMAGE).provider.startswith(result.one(DOCKER_PROVIDER).urn + "::")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"image": {"build": False, "ref": PREBUILT_REF, "repository": None}},
+        {"checkpoints": {"existingClaim": "shared-ckpt"}},
+    ],
+    ids=["built", "prebuilt", "existing-claim"],
+)
+def test_every_resource_goes_through_an_explicit_provider(overrides: dict[str, Any]) -> None:
+    """The children inherit the providers from TrainingEnvironment; none may fall back to a
+    default provider (the engine would refuse it, the stack files disable them)."""
+    result = run_program("prod", overrides=overrides, secrets=PROD_SECRETS)
+    assert result.error is None
+    managed = [
+        resource
+        for resource in result.resources
+        if resource.custom and not resource.type.startswith("pulumi:providers:")
+    ]
+    assert {resource.type for resource in managed} >= {JOB, SECRET}
+    for resource in managed:
+        provider = result.one(PROVIDER_OF_PACKAGE[resource.type.split(":", 1)[0]])
+        assert resource.provider.startswith(provider.urn + "::"), resource.name
 
 
 def test_dev_job(dev: ProgramResult) -> None:
@@ -255,8 +283,10 @@ def test_pull_secret_wiring(prod: ProgramResult) -> None:
     assert isinstance(secret.inputs["data"], Secret)
     assert "data" in secret.additional_secret_outputs
     encoded = secret.plain_inputs()["data"][".dockerconfigjson"]
-    entry = json.loads(base64.b64decode(encoded))["auths"]["registry.example.com"]
+    config = json.loads(base64.b64decode(encoded))
+    entry = config["auths"]["registry.example.com"]
     assert (entry["username"], entry["password"]) == ("ml-robot", PASSWORD)
+    assert config == docker_config("registry.example.com", "ml-robot", PASSWORD)
 
 
 def test_password_never_appears_in_plain_text(prod: ProgramResult) -> None:
