@@ -1,44 +1,70 @@
-"""Every stack setting, read and validated once, into frozen dataclasses.
+"""Every stack setting, declared once, read and validated once, into frozen dataclasses.
 
 Why one module: the Pulumi program, the offline renderer and the local runner must agree on what
 a stack means, and a bad value must stop `pulumi up` before a single resource is registered. So
 all parsing lives here, is pure (plain mappings in, dataclasses out) and raises `SettingsError`
 naming the key, the value and what is allowed. Only `load_settings` touches the Pulumi runtime.
 
-Numbers and booleans inside the structured objects may be YAML numbers/booleans or their string
-spelling ("3", "true"), because `pulumi config set --path job.nodes 3` stores strings.
+Why declarations: each key is one field below (name, type, default, bounds or pattern, help);
+pydantic parses from it, and the unknown-key check, the error line (`_settings_error`) and the
+README's table (`settings_table_markdown`) are derived from it, so they cannot drift apart.
+Pydantic rather than our own readers over dataclass metadata: coercion, bounds, patterns, nested
+objects and the location of each error are what those readers were; here they only add words.
+
+`pulumi config set --path job.nodes 3` stores 3 as a number (with `--path`, integers become
+numbers and "true"/"false" booleans; everything else, and every top-level value, is a string),
+but a stack file may quote a value (`cpu: "1"`) and `--type string` forces a string, so the
+string spelling of a number or a boolean ("3", "true") is accepted too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from types import FunctionType
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from annotated_types import Ge, Le
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SkipValidation,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.dataclasses import dataclass, is_pydantic_dataclass
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 PROJECT = "pytorch-distributed"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REDACTED = "<redacted>"
-
-PLATFORMS = ("kubeflow", "runai")
-IMAGE_PLATFORMS = ("linux/amd64", "linux/arm64")
-ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
-WAIT_FOR = ("none", "created", "running")
-CLEAN_POD_POLICIES = ("None", "Running", "All")
-DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
 PASSWORD_KEY = "registryPassword"
-OBJECT_KEYS = ("image", "registry", "checkpoints", "job")
-TOP_LEVEL_KEYS = (
-    "platform",
-    "namespace",
-    "runaiProject",
-    "kubeContext",
-    "labels",
-    *OBJECT_KEYS,
-)
+DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
+TABLE_START = "<!-- settings-table:start (generated: python -m components.settings) -->"
+TABLE_END = "<!-- settings-table:end -->"
+
+Platform = Literal["kubeflow", "runai"]
+ImagePlatform = Literal["linux/amd64", "linux/arm64"]
+AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
+WaitFor = Literal["none", "created", "running"]
+CleanPodPolicy = Literal["None", "Running", "All"]
+PLATFORMS: tuple[str, ...] = get_args(Platform)
+IMAGE_PLATFORMS: tuple[str, ...] = get_args(ImagePlatform)
+ACCESS_MODES: tuple[str, ...] = get_args(AccessMode)
+WAIT_FOR: tuple[str, ...] = get_args(WaitFor)
+CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
 
 # The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
 # DNS-1035 labels (63 characters), so the job name leaves room for the longest suffix.
@@ -47,34 +73,19 @@ MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 16
 
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
-)
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*\Z")
 # Kubernetes resource.Quantity: a decimal number, then a binary (Ki..Ei) or decimal (n..E)
 # suffix or an exponent. "10TB" is the classic mistake this rejects.
 _QUANTITY = re.compile(
     r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][-+]?[0-9]+)?\Z"
 )
-_QUANTITY_FACTORS = {
+_QUANTITY_FACTORS: dict[str | None, Decimal] = {
     None: Decimal(1),
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
+    **{suffix: Decimal(10) ** (3 * power) for power, suffix in enumerate("num", -3)},
+    **{suffix: Decimal(10) ** (3 * power) for power, suffix in enumerate("kMGTPE", 1)},
+    **{f"{suffix}i": Decimal(2) ** (10 * power) for power, suffix in enumerate("KMGTPE", 1)},
 }
 # Docker reference grammar, reduced to what we need: optional registry host[:port], lowercase
 # path components, then an optional :tag and/or @sha256:<64 hex> digest.
@@ -84,101 +95,310 @@ _PATH_COMPONENT = r"(?:[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)"
 _REPOSITORY_RE = rf"(?:{_REGISTRY_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 _TAG_RE = r"[\w][\w.-]{0,127}"
 _DIGEST_RE = r"sha256:[0-9a-f]{64}"
-_REPOSITORY = re.compile(rf"^{_REPOSITORY_RE}\Z")
-_IMAGE_REF = re.compile(rf"^{_REPOSITORY_RE}(?::{_TAG_RE})?(?:@{_DIGEST_RE})?\Z")
 _PINNED_REF = re.compile(rf"^{_REPOSITORY_RE}(?::{_TAG_RE})?@{_DIGEST_RE}\Z")
-_SERVER = re.compile(rf"^(?:https?://)?{_REGISTRY_HOST}(?:/[\w./-]*)?\Z")
-_TASK = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*\Z")
-
-_ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
-    "image": ("build", "repository", "baseImage", "platform", "ref"),
-    "registry": ("server", "username"),
-    "checkpoints": (
-        "size",
-        "storageClass",
-        "accessMode",
-        "mountPath",
-        "retainOnDestroy",
-        "existingClaim",
-    ),
-    "job": (
-        "name",
-        "nodes",
-        "gpusPerNode",
-        "batchSize",
-        "totalEpochs",
-        "saveEvery",
-        "datasetSize",
-        "task",
-        "initFrom",
-        "maxRestarts",
-        "backoffLimit",
-        "cpu",
-        "memory",
-        "waitFor",
-        "ttlSecondsAfterFinished",
-        "activeDeadlineSeconds",
-        "cleanPodPolicy",
-    ),
-}
 
 
 class SettingsError(ValueError):
     """A config value is invalid; the message names the key, the value and what is allowed."""
 
 
-@dataclass(frozen=True)
-class ImageSettings:
-    build: bool
-    repository: str | None
-    base_image: str
-    platform: str
-    ref: str | None
+class Allowed(str):
+    """What a key accepts, in the words of its error message and of the README's table."""
+
+
+def _matching(pattern: str, allowed: str, max_length: int | None = None) -> Any:
+    # Python's re (see _CONFIG), not pydantic's default Rust engine: the patterns end in \Z, which
+    # refuses a trailing newline where $ would let "ddp\n" through.
+    return Annotated[
+        str, StringConstraints(pattern=pattern, max_length=max_length), Allowed(allowed)
+    ]
+
+
+def _integer(value: Any) -> Any:
+    """An int or its spelling ("3"); pydantic's lax mode alone would take True as 1 and 2.0 as 2."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("not an integer")
+    return value
+
+
+def _boolean(value: Any) -> Any:
+    """true/false or their spelling; lax mode alone would take "yes", "on" and 1 as true."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError("not a boolean")
+    return value
+
+
+def _number_text(value: Any) -> Any:
+    """YAML reads `cpu: 2` or `cpu: 0.5` as numbers; Kubernetes takes their plain spelling (never
+    "5e-01", which would mean something else to Kubernetes)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    return str(value) if isinstance(value, int) else format(Decimal(repr(value)), "f")
+
+
+def _positive_quantity(text: str) -> str:
+    try:
+        positive = quantity_value(text) > 0
+    except ArithmeticError:  # an exponent beyond what Decimal holds
+        positive = False
+    if not positive:
+        raise ValueError("not a positive quantity")
+    return text
+
+
+def _refuse(key: str, value: Any, allowed: str) -> PydanticCustomError:
+    """A refusal in our words; `key` is relative to the object whose validator raises it."""
+    context = {"key": key, "value": value, "allowed": allowed}
+    return PydanticCustomError("settings", "{allowed}", context)
+
+
+def _labels(raw: Any) -> Mapping[str, str]:
+    """Extra labels (team, cost center) on the stack's objects: metadata only, so changing them
+    updates the objects in place and never replaces the job."""
+    if isinstance(raw, str):  # `--path labels.team` reaches the program as a JSON string
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ValueError("not JSON") from None
+    if not isinstance(raw, Mapping):
+        raise ValueError("not an object")
+    for name, value in raw.items():
+        prefix, _, label = str(name).rpartition("/")
+        if (prefix and not (_DNS1123_SUBDOMAIN.match(prefix) and len(prefix) <= 253)) or not (
+            _LABEL_VALUE.match(label) and label
+        ):
+            raise _refuse(
+                str(name),
+                value,
+                "label names are [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
+                "starting and ending alphanumeric, prefix a DNS subdomain",
+            )
+        if prefix == "app.kubernetes.io":
+            raise _refuse(str(name), value, "app.kubernetes.io/* labels are the stack's own")
+        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            raise _refuse(
+                str(name),
+                value,
+                "a label value is a string of up to 63 characters of [A-Za-z0-9-_.], "
+                "empty or starting and ending alphanumeric",
+            )
+    return {str(name): value for name, value in raw.items()}
+
+
+def _dns_label(max_length: int) -> Any:
+    return _matching(
+        rf"^{_DNS_LABEL}\Z",
+        "expected a DNS-1123 label: lowercase letters, digits and '-', starting and ending with "
+        f"a letter or digit, at most {max_length} characters",
+        max_length,
+    )
+
+
+Integer = Annotated[int, BeforeValidator(_integer), Allowed("expected an integer")]
+Boolean = Annotated[bool, BeforeValidator(_boolean), Allowed("expected true or false")]
+Text = _matching(r"\S", "expected a non-empty string")
+DnsLabel = _dns_label(63)
+RunaiProject = _dns_label(57)  # Run:ai's namespace runai-<project> must stay a DNS label
+JobName = _matching(
+    r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z",
+    f"expected a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) of "
+    f"at most {JOB_NAME_MAX} characters, so the operator's pod and service names stay valid",
+    JOB_NAME_MAX,
+)
+ObjectName = _matching(
+    _DNS1123_SUBDOMAIN.pattern,
+    "expected a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-', "
+    "'.'), at most 253 characters",
+    253,
+)
+Quantity = Annotated[
+    str,
+    BeforeValidator(_number_text),
+    StringConstraints(pattern=_QUANTITY.pattern),
+    AfterValidator(_positive_quantity),
+    Allowed(
+        "expected a positive Kubernetes quantity such as 500m, 2, 16Gi or 10Ti "
+        "(binary suffixes Ki/Mi/Gi/Ti/Pi/Ei, decimal k/M/G/T/P/E; not 'GB'/'TB')"
+    ),
+]
+ImageRepository = _matching(
+    rf"^{_REPOSITORY_RE}\Z",
+    "expected an image repository without tag, e.g. registry.example.com/team/trainer",
+)
+ImageRef = _matching(
+    rf"^{_REPOSITORY_RE}(?::{_TAG_RE})?(?:@{_DIGEST_RE})?\Z",
+    "expected an image reference, repo:tag or repo@sha256:<64 hex>",
+)
+RegistryServer = _matching(
+    rf"^(?:https?://)?{_REGISTRY_HOST}(?:/[\w./-]*)?\Z",
+    "expected a registry host such as registry.example.com[:port]",
+)
+TaskRef = _matching(
+    r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*\Z",
+    "expected MODULE:FUNCTION, e.g. trainer.tasks:regression",
+)
+MountPath = _matching(
+    r"^(?!/dev/shm\Z|/opt/pytorch-distributed)(/(?!\.\.?(/|\Z))[^/:\n]+)+\Z",
+    "expected an absolute directory such as /checkpoints (no trailing '/', '..', ':', "
+    "and not /, /dev/shm or the image's /opt/pytorch-distributed)",
+)
+Labels = Annotated[
+    Mapping[str, str],
+    PlainValidator(_labels),
+    Allowed("expected an object of label names to strings"),
+]
+# A secret pulumi.Output[str] in the program, a plain str (or REDACTED, or None) offline: never
+# validated, shown or serialised, and never read from the registry object (see parse_settings).
+Secret = Annotated[Any, SkipValidation, Allowed("a secret: pulumi config set --secret")]
+
+_CONFIG = ConfigDict(
+    alias_generator=to_camel,  # config keys are camelCase, attributes snake_case
+    validate_by_alias=True,
+    validate_by_name=True,  # dataclasses.replace(settings.job, save_every=...) passes names
+    extra="forbid",
+    regex_engine="python-re",
+    use_attribute_docstrings=True,  # a field's docstring is its help, in the README's table
+)
+# The validation context while reading config: rules across keys apply then only, because code
+# deriving settings from settings (dataclasses.replace in tools/run_local.py) words its own.
+_FROM_CONFIG = {"config": True}
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise _refuse(key, value, allowed)
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class _Settings:
+    """One config object: null means the default, and a key no field declares is refused (with
+    validate_by_name, `extra` alone would let the snake_case attribute names through)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_config(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):  # constructor arguments, or not an object at all
+            return data
+        keys = _config_fields(cls)
+        if unknown := [key for key in data if key not in keys]:
+            secret = (PASSWORD_KEY,) if cls is StackSettings else ()  # where it belongs
+            allowed = f"unknown key; allowed keys are {', '.join((*keys, *secret))}"
+            raise _refuse(str(unknown[0]), data[unknown[0]], allowed)
+        return {key: value for key, value in data.items() if value is not None}
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class ImageSettings(_Settings):
+    build: Boolean = True
+    """build `trainer/` and push it, or run `image.ref`"""
+    repository: ImageRepository | None = None
+    """where the built image is pushed; required when building"""
+    base_image: ImageRef = DEFAULT_BASE_IMAGE
+    """what `trainer/` is built on: any image with torch and numpy"""
+    platform: ImagePlatform = "linux/amd64"
+    """the built image's platform"""
+    ref: ImageRef | None = None
+    """the prebuilt image, required when not building; pinned by digest ideally"""
 
     @property
     def pinned(self) -> bool:
         """True when `ref` names an immutable digest (the policy pack insists on it for prod)."""
         return self.ref is not None and _PINNED_REF.match(self.ref) is not None
 
+    @model_validator(mode="after")
+    def _build_or_ref(self, info: ValidationInfo) -> ImageSettings:
+        if info.context is not None:
+            _check(
+                not self.build or self.repository is not None,
+                "repository",
+                None,
+                "required when image.build is true (where the built image is pushed)",
+            )
+            _check(
+                self.build or self.ref is not None,
+                "ref",
+                None,
+                "required when image.build is false (the prebuilt image)",
+            )
+            _check(
+                not self.build or self.ref is None,
+                "ref",
+                self.ref,
+                "only allowed with image.build: false (a built image is referenced by its digest)",
+            )
+        return self
 
-@dataclass(frozen=True)
-class RegistrySettings:
-    server: str
-    username: str
-    # A secret pulumi.Output[str] in the program; a plain str (or REDACTED, or None) offline.
-    password: Any
+
+@dataclass(frozen=True, config=_CONFIG)
+class RegistrySettings(_Settings):
+    server: RegistryServer
+    """the push logs in and the pods get a pull secret; `image.repository`'s host"""
+    username: Text
+    """the registry user of the push and of the pull secret"""
+    # A top-level key of its own, so `pulumi config set --secret` encrypts it.
+    password: Secret = Field(None, alias=PASSWORD_KEY, exclude=True, repr=False)
+    """the registry password: required with `registry`, refused without it"""
 
 
-@dataclass(frozen=True)
-class CheckpointSettings:
-    size: str
-    storage_class: str | None
-    access_mode: str
-    mount_path: str
-    retain_on_destroy: bool
-    existing_claim: str | None
+@dataclass(frozen=True, config=_CONFIG)
+class CheckpointSettings(_Settings):
+    size: Quantity = "10Ti"
+    """the claim's capacity; growing it is an in-place update"""
+    storage_class: ObjectName | None = None
+    """the claim's StorageClass (unset: the cluster's default)"""
+    access_mode: AccessMode = "ReadWriteMany"
+    """`ReadWriteOnce` adds a pod affinity so all replicas share one node; `ReadWriteOncePod`
+    only with `job.nodes: 1`"""
+    mount_path: MountPath = "/checkpoints"
+    """where the claim is mounted; checkpoints go to `<mountPath>/<job.name>`"""
+    retain_on_destroy: Boolean = True
+    """keep the claim and its data on `pulumi destroy`"""
+    existing_claim: ObjectName | None = None
+    """mount this PVC instead of creating one (never managed or deleted)"""
 
 
-@dataclass(frozen=True)
-class JobSettings:
-    name: str
-    nodes: int
-    gpus_per_node: int
-    batch_size: int
-    total_epochs: int
-    save_every: int
-    dataset_size: int
-    task: str | None
-    max_restarts: int
-    backoff_limit: int
-    cpu: str
-    memory: str
-    wait_for: str
-    ttl_seconds_after_finished: int | None
-    active_deadline_seconds: int | None
-    clean_pod_policy: str
-    # A checkpoint file or directory on the claim whose weights seed this (new) job.
-    init_from: str | None = None
+@dataclass(frozen=True, config=_CONFIG)
+class JobSettings(_Settings):
+    name: JobName = "pytorch-ddp"
+    """names the job, its pods, the claim and the pull secret"""
+    nodes: Integer = Field(2, ge=1, le=MAX_NODES)
+    """pods: 1 master (it trains) + `nodes - 1` workers"""
+    gpus_per_node: Integer = Field(1, ge=0, le=MAX_GPUS_PER_NODE)
+    """`0` runs on the CPU with gloo; one process per GPU"""
+    batch_size: Integer = Field(32, ge=1)
+    """samples per step on each process"""
+    total_epochs: Integer = Field(100, ge=1)
+    """epochs to train"""
+    save_every: Integer = Field(25, ge=1)
+    """a checkpoint every this many epochs, at most `totalEpochs`"""
+    dataset_size: Integer = Field(2048, ge=1)
+    """samples in the training set"""
+    task: TaskRef | None = None
+    """what to train (unset: the trainer's default)"""
+    init_from: Text | None = None
+    """warm start a new run (new `job.name`) from the weights of a checkpoint directory or file
+    under `checkpoints.mountPath`, not this job's own (`--init-from`)"""
+    max_restarts: Integer = Field(0, ge=0, le=100)
+    """torchrun restarts inside a pod"""
+    backoff_limit: Integer = Field(3, ge=0, le=100)
+    """pod restarts before the job fails"""
+    cpu: Quantity = "4"
+    """CPU request of each pod"""
+    memory: Quantity = "16Gi"
+    """memory request and limit of each pod"""
+    wait_for: WaitFor = "created"
+    """what `pulumi up` waits for: nothing, the job's creation, or its Running or Succeeded
+    condition"""
+    ttl_seconds_after_finished: Integer | None = Field(None, ge=0)
+    """the operator deletes the finished job after this many seconds (unset: never)"""
+    active_deadline_seconds: Integer | None = Field(None, ge=1)
+    """the job fails after running this many seconds (unset: no limit)"""
+    clean_pod_policy: CleanPodPolicy = "None"
+    """which pods the operator deletes when the job finishes"""
 
     @property
     def workers(self) -> int:
@@ -190,37 +410,133 @@ class JobSettings:
         """One process per GPU; a CPU (gloo) pod still runs one process."""
         return max(self.gpus_per_node, 1)
 
+    @model_validator(mode="after")
+    def _saves_something(self, info: ValidationInfo) -> JobSettings:
+        if info.context is not None:
+            _check(
+                self.save_every <= self.total_epochs,
+                "saveEvery",
+                self.save_every,
+                f"expected at most job.totalEpochs ({self.total_epochs}), "
+                "or no checkpoint is ever saved",
+            )
+        return self
 
-@dataclass(frozen=True)
-class StackSettings:
-    platform: str
-    namespace: str
-    runai_project: str | None
-    kube_context: str | None
-    labels: Mapping[str, str]
-    image: ImageSettings
-    registry: RegistrySettings | None
-    checkpoints: CheckpointSettings
-    job: JobSettings
+
+def _default_namespace(data: dict[str, Any]) -> str:
+    """`default`; `runai-<runaiProject>` on runai"""
+    if data.get("platform") == "runai" and data.get("runai_project") is not None:
+        return f"runai-{data['runai_project']}"
+    return "default"
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class StackSettings(_Settings):
+    platform: Platform = "kubeflow"
+    """run by the Kubeflow training operator or by NVIDIA Run:ai"""
+    runai_project: RunaiProject | None = None  # before namespace, whose default it sets
+    """the Run:ai project, required on runai; sets `schedulerName: runai-scheduler` and the
+    `project` / `runai/queue` labels"""
+    namespace: DnsLabel = Field(default_factory=_default_namespace)
+    """the namespace of every object"""
+    kube_context: Text | None = None
+    """kubeconfig context of the explicit provider (unset: the current one)"""
+    labels: Labels = Field(default_factory=dict)
+    """extra labels (`name: value`) on the job, the claim and the secret; metadata only, never
+    on the pods"""
+    image: ImageSettings = Field(default_factory=dict, validate_default=True)
+    registry: RegistrySettings | None = None
+    checkpoints: CheckpointSettings = Field(default_factory=dict, validate_default=True)
+    job: JobSettings = Field(default_factory=dict, validate_default=True)
 
     @property
     def checkpoint_dir(self) -> str:
         """Each job gets its own directory on the shared claim, so runs never mix snapshots."""
         return f"{self.checkpoints.mount_path}/{self.job.name}"
 
+    @model_validator(mode="after")
+    def _across_objects(self, info: ValidationInfo) -> StackSettings:
+        if info.context is None:
+            return self
+        runai, project = self.platform == "runai", self.runai_project
+        _check(
+            not runai or project is not None,
+            "runaiProject",
+            None,
+            "required when platform is runai (the Run:ai project name)",
+        )
+        _check(
+            runai or project is None, "runaiProject", project, "only allowed when platform is runai"
+        )
+        if self.registry is not None and self.image.build and self.image.repository is not None:
+            host = _repository_host(self.image.repository)
+            _check(
+                host in (None, _server_host(self.registry.server)),
+                "registry.server",
+                self.registry.server,
+                f"must be the registry image.repository pushes to ({host})",
+            )
+        _check(
+            self.checkpoints.access_mode != "ReadWriteOncePod" or self.job.nodes == 1,
+            "checkpoints.accessMode",
+            self.checkpoints.access_mode,
+            f"ReadWriteOncePod lets one pod mount the claim but job.nodes is {self.job.nodes}; "
+            "use ReadWriteMany (or ReadWriteOnce, which co-locates the pods on one node)",
+        )
+        # A path on the claim (the only storage the pods share), and not this job's own
+        # directory: a warm start is a new run with a directory of its own.
+        if (init_from := self.job.init_from) is not None:
+            mount, own = self.checkpoints.mount_path, self.checkpoint_dir
+            _check(
+                init_from.startswith(mount + "/")
+                and all(part not in ("", ".", "..") for part in init_from.split("/")[1:]),
+                "job.initFrom",
+                init_from,
+                f"expected a checkpoint directory or file on the claim, under {mount}/ "
+                f"(e.g. {mount}/<previous job.name>), without '..' or a trailing '/'",
+            )
+            _check(
+                init_from != own and not init_from.startswith(own + "/"),
+                "job.initFrom",
+                init_from,
+                f"this is the job's own checkpoint directory {own}; a warm start writes a new "
+                "run: give the job a new job.name and point job.initFrom at the old one",
+            )
+        return self
 
-def quantity_value(text: str) -> Decimal:
-    """The numeric value of a Kubernetes quantity ("500m" -> 0.5, "1Gi" -> 1073741824)."""
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    return Decimal(match["number"]) * _quantity_factor(match["suffix"])
+
+_STACK = TypeAdapter(StackSettings)
 
 
-def _quantity_factor(suffix: str | None) -> Decimal:
-    if suffix is not None and suffix[0] in "eE" and len(suffix) > 1:
-        return Decimal(10) ** int(suffix[1:])
-    return _QUANTITY_FACTORS[suffix]
+def _config_fields(cls: type) -> dict[str, FieldInfo]:
+    """A settings class's config keys (aliases) and their declarations; the secret is not one."""
+    fields: dict[str, FieldInfo] = cls.__pydantic_fields__  # type: ignore[attr-defined]
+    return {str(info.alias): info for info in fields.values() if not info.exclude}
+
+
+def _object_type(annotation: Any) -> type | None:
+    """The settings class of an object key (`registry: RegistrySettings | None`), else None."""
+    return next(filter(is_pydantic_dataclass, (annotation, *get_args(annotation))), None)
+
+
+TOP_LEVEL_KEYS: tuple[str, ...] = tuple(_config_fields(StackSettings))
+OBJECT_KEYS: tuple[str, ...] = tuple(
+    key for key, info in _config_fields(StackSettings).items() if _object_type(info.annotation)
+)
+
+
+def _allowed(info: FieldInfo) -> str:
+    """What a key accepts: its type's Allowed words (or a Literal's choices), plus its bounds."""
+    metadata, pending = list(info.metadata), [info.annotation]
+    while pending:  # Annotated types nested in `X | None` keep their metadata there
+        annotation = pending.pop()
+        metadata += getattr(annotation, "__metadata__", ())
+        pending += get_args(annotation) if get_origin(annotation) is not Literal else ()
+    words = [str(item) for item in metadata if isinstance(item, Allowed)]
+    words = words or [f"expected one of {', '.join(get_args(info.annotation))}"]
+    bounds = [f">= {item.ge}" for item in metadata if isinstance(item, Ge)]
+    bounds += [f"<= {item.le}" for item in metadata if isinstance(item, Le)]
+    return " ".join([words[0], " and ".join(bounds)]).strip()
 
 
 def _fail(key: str, value: Any, allowed: str) -> SettingsError:
@@ -229,176 +545,38 @@ def _fail(key: str, value: Any, allowed: str) -> SettingsError:
     return SettingsError(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
 
 
-class _Section:
-    """Reads one structured-config object, remembering which keys were consumed."""
-
-    def __init__(self, name: str, raw: Any) -> None:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
-            raise _fail(name, raw, f"expected an object with keys {', '.join(_ALLOWED_KEYS[name])}")
-        unknown = sorted(set(raw) - set(_ALLOWED_KEYS[name]))
-        if unknown:
-            key = f"{name}.{unknown[0]}"
-            raise _fail(
-                key,
-                raw[unknown[0]],
-                f"unknown key; {name} accepts {', '.join(_ALLOWED_KEYS[name])}",
-            )
-        self.name = name
-        self.raw = raw
-
-    def key(self, field: str) -> str:
-        return f"{self.name}.{field}"
-
-    def string(self, field: str, default: str | None = None) -> str | None:
-        value = self.raw.get(field)
-        if value is None:
-            return default
-        if not isinstance(value, str) or not value.strip():
-            raise _fail(self.key(field), value, "expected a non-empty string")
-        return value
-
-    def integer(
-        self, field: str, default: int | None, minimum: int, maximum: int | None = None
-    ) -> int | None:
-        value = self.raw.get(field)
-        if value is None:
-            return default
-        allowed = f"expected an integer >= {minimum}" + (
-            f" and <= {maximum}" if maximum is not None else ""
-        )
-        number: int
-        if isinstance(value, bool):
-            raise _fail(self.key(field), value, allowed)
-        if isinstance(value, int):
-            number = value
-        elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
-            number = int(value)
-        else:
-            raise _fail(self.key(field), value, allowed)
-        if number < minimum or (maximum is not None and number > maximum):
-            raise _fail(self.key(field), value, allowed)
-        return number
-
-    def boolean(self, field: str, default: bool) -> bool:
-        value = self.raw.get(field)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise _fail(self.key(field), value, "expected true or false")
-
-    def choice(self, field: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.raw.get(field)
-        if value is None:
-            value = default
-        if value not in choices:
-            raise _fail(self.key(field), value, f"expected one of {', '.join(choices)}")
-        return value
-
-    def matching(
-        self, field: str, default: str | None, pattern: re.Pattern[str], allowed: str
-    ) -> str | None:
-        value = self.raw.get(field)
-        if value is None:
-            return default
-        if not isinstance(value, str) or pattern.match(value) is None:
-            raise _fail(self.key(field), value, allowed)
-        return value
-
-    def quantity(self, field: str, default: str) -> str:
-        value = self.raw.get(field)
-        if value is None:
-            value = default
-        # YAML reads `cpu: 2` or `cpu: 0.5` as numbers; Kubernetes accepts their plain spelling.
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            value = _number_text(value)
-        allowed = (
-            "expected a positive Kubernetes quantity such as 500m, 2, 16Gi or 10Ti "
-            "(binary suffixes Ki/Mi/Gi/Ti/Pi/Ei, decimal k/M/G/T/P/E; not 'GB'/'TB')"
-        )
-        if not isinstance(value, str) or _QUANTITY.match(value) is None:
-            raise _fail(self.key(field), value, allowed)
-        try:
-            positive = quantity_value(value) > 0
-        except InvalidOperation:
-            positive = False
-        if not positive:
-            raise _fail(self.key(field), value, allowed)
-        return value
+def _settings_error(error: ValidationError) -> SettingsError:
+    """Pydantic's first error as the one line the CLI prints, worded from the declarations."""
+    first = error.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    if first["type"] == "settings":
+        context = first.get("ctx") or {}
+        return _fail(".".join([*loc, context["key"]]), context["value"], context["allowed"])
+    section: Any = StackSettings
+    info: FieldInfo | None = None
+    for part in loc:
+        if (info := _config_fields(section).get(part)) is None:  # not a key: pydantic's words
+            return _fail(".".join(loc), first["input"], first["msg"])
+        if inner := _object_type(info.annotation):
+            section, info = inner, None
+    key = ".".join(loc)
+    if info is None:
+        keys = ", ".join(_config_fields(section))
+        return _fail(key, first["input"], f"expected an object with keys {keys}")
+    if first["type"] == "missing":
+        return _fail(key, None, f"required when {loc[0]} is set; {_allowed(info)}")
+    return _fail(key, first["input"], _allowed(info))
 
 
-def _number_text(number: float) -> str:
-    """2 -> "2", 0.5 -> "0.5" (never "5e-01", which would mean something else to Kubernetes)."""
-    if isinstance(number, int):
-        return str(number)
-    return format(Decimal(repr(number)), "f")
-
-
-def _top_string(values: Mapping[str, Any], key: str) -> str | None:
-    value = values.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(key, value, "expected a non-empty string")
-    return value
-
-
-def _dns_label(key: str, value: str | None, max_length: int = 63) -> str | None:
-    if value is not None and (len(value) > max_length or _DNS1123_LABEL.match(value) is None):
-        raise _fail(
-            key,
-            value,
-            f"expected a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
-            f"with a letter or digit, at most {max_length} characters",
-        )
-    return value
-
-
-def _parse_image(section: _Section) -> ImageSettings:
-    build = section.boolean("build", True)
-    repository = section.matching(
-        "repository",
-        None,
-        _REPOSITORY,
-        "expected an image repository without tag, e.g. registry.example.com/team/trainer",
-    )
-    base_image = section.matching(
-        "baseImage",
-        DEFAULT_BASE_IMAGE,
-        _IMAGE_REF,
-        "expected an image reference such as nvcr.io/nvidia/pytorch:24.07-py3",
-    )
-    platform = section.choice("platform", "linux/amd64", IMAGE_PLATFORMS)
-    ref = section.matching(
-        "ref",
-        None,
-        _IMAGE_REF,
-        "expected an image reference, repo@sha256:<64 hex> (pinned, preferred) or repo:tag",
-    )
-    if build and repository is None:
-        raise _fail(
-            section.key("repository"),
-            None,
-            "required when image.build is true (where the built image is pushed)",
-        )
-    if not build and ref is None:
-        raise _fail(
-            section.key("ref"), None, "required when image.build is false (the prebuilt image)"
-        )
-    if build and ref is not None:
-        raise _fail(
-            section.key("ref"),
-            ref,
-            "only allowed with image.build: false (a built image is referenced by its digest)",
-        )
-    assert base_image is not None
-    return ImageSettings(
-        build=build, repository=repository, base_image=base_image, platform=platform, ref=ref
-    )
+def quantity_value(text: str) -> Decimal:
+    """The numeric value of a Kubernetes quantity ("500m" -> 0.5, "1Gi" -> 1073741824)."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    suffix = match["suffix"]
+    if suffix is not None and suffix[0] in "eE" and len(suffix) > 1:
+        return Decimal(match["number"]) * Decimal(10) ** int(suffix[1:])
+    return Decimal(match["number"]) * _QUANTITY_FACTORS[suffix]
 
 
 def _repository_host(repository: str) -> str | None:
@@ -410,203 +588,6 @@ def _repository_host(repository: str) -> str | None:
 
 def _server_host(server: str) -> str:
     return re.sub(r"^https?://", "", server).split("/", 1)[0]
-
-
-def _parse_registry(raw: Any, password: Any, image: ImageSettings) -> RegistrySettings | None:
-    if raw is None:
-        if password is not None:
-            raise _fail(
-                PASSWORD_KEY,
-                REDACTED,
-                "a registry password needs the registry object (registry.server and "
-                "registry.username); set them or remove the password",
-            )
-        return None
-    section = _Section("registry", raw)
-    server = section.matching(
-        "server", None, _SERVER, "expected a registry host such as registry.example.com[:port]"
-    )
-    username = section.string("username")
-    if server is None:
-        raise _fail(section.key("server"), None, "required when registry is set")
-    if username is None:
-        raise _fail(section.key("username"), None, "required when registry is set")
-    if image.build and image.repository is not None:
-        host = _repository_host(image.repository)
-        if host is not None and host != _server_host(server):
-            raise _fail(
-                section.key("server"),
-                server,
-                f"must be the registry image.repository pushes to ({host})",
-            )
-    return RegistrySettings(server=server, username=username, password=password)
-
-
-def _parse_checkpoints(section: _Section) -> CheckpointSettings:
-    size = section.quantity("size", "10Ti")
-    storage_class = section.matching(
-        "storageClass",
-        None,
-        _DNS1123_SUBDOMAIN,
-        "expected a StorageClass name (DNS-1123 subdomain: lowercase letters, digits, '-', '.')",
-    )
-    access_mode = section.choice("accessMode", "ReadWriteMany", ACCESS_MODES)
-    mount_path = section.string("mountPath", "/checkpoints")
-    assert mount_path is not None
-    parts = mount_path.split("/")
-    if (
-        not mount_path.startswith("/")
-        or mount_path == "/"
-        or mount_path.endswith("/")
-        or any(part in ("", ".", "..") for part in parts[1:])
-        or ":" in mount_path
-        or mount_path == "/dev/shm"
-        or mount_path.startswith("/opt/pytorch-distributed")
-    ):
-        raise _fail(
-            section.key("mountPath"),
-            mount_path,
-            "expected an absolute directory such as /checkpoints (no trailing '/', '..', ':', "
-            "and not /, /dev/shm or the image's /opt/pytorch-distributed)",
-        )
-    retain = section.boolean("retainOnDestroy", True)
-    existing = section.matching(
-        "existingClaim",
-        None,
-        _DNS1123_SUBDOMAIN,
-        "expected a PersistentVolumeClaim name (DNS-1123 subdomain)",
-    )
-    if existing is not None and len(existing) > 253:
-        raise _fail(section.key("existingClaim"), existing, "at most 253 characters")
-    return CheckpointSettings(
-        size=size,
-        storage_class=storage_class,
-        access_mode=access_mode,
-        mount_path=mount_path,
-        retain_on_destroy=retain,
-        existing_claim=existing,
-    )
-
-
-def _parse_job(section: _Section) -> JobSettings:
-    name = section.string("name", "pytorch-ddp")
-    assert name is not None
-    if len(name) > JOB_NAME_MAX or _DNS1035_LABEL.match(name) is None:
-        raise _fail(
-            section.key("name"),
-            name,
-            f"expected a DNS-1035 label (lowercase letters, digits and '-', starting with a "
-            f"letter) of at most {JOB_NAME_MAX} characters, so the operator's pod and "
-            f"service names stay valid",
-        )
-    nodes = section.integer("nodes", 2, 1, MAX_NODES)
-    gpus = section.integer("gpusPerNode", 1, 0, MAX_GPUS_PER_NODE)
-    batch_size = section.integer("batchSize", 32, 1)
-    total_epochs = section.integer("totalEpochs", 100, 1)
-    save_every = section.integer("saveEvery", 25, 1)
-    dataset_size = section.integer("datasetSize", 2048, 1)
-    assert nodes is not None and gpus is not None and batch_size is not None
-    assert total_epochs is not None and save_every is not None and dataset_size is not None
-    if save_every > total_epochs:
-        raise _fail(
-            section.key("saveEvery"),
-            save_every,
-            f"expected at most job.totalEpochs ({total_epochs}), or no checkpoint is ever saved",
-        )
-    task = section.matching(
-        "task", None, _TASK, "expected MODULE:FUNCTION, e.g. trainer.tasks:regression"
-    )
-    max_restarts = section.integer("maxRestarts", 0, 0, 100)
-    backoff_limit = section.integer("backoffLimit", 3, 0, 100)
-    assert max_restarts is not None and backoff_limit is not None
-    cpu = section.quantity("cpu", "4")
-    memory = section.quantity("memory", "16Gi")
-    wait_for = section.choice("waitFor", "created", WAIT_FOR)
-    ttl = section.integer("ttlSecondsAfterFinished", None, 0)
-    deadline = section.integer("activeDeadlineSeconds", None, 1)
-    clean_pod_policy = section.choice("cleanPodPolicy", "None", CLEAN_POD_POLICIES)
-    init_from = section.string("initFrom", None)
-    return JobSettings(
-        name=name,
-        nodes=nodes,
-        gpus_per_node=gpus,
-        batch_size=batch_size,
-        total_epochs=total_epochs,
-        save_every=save_every,
-        dataset_size=dataset_size,
-        task=task,
-        max_restarts=max_restarts,
-        backoff_limit=backoff_limit,
-        cpu=cpu,
-        memory=memory,
-        wait_for=wait_for,
-        ttl_seconds_after_finished=ttl,
-        active_deadline_seconds=deadline,
-        clean_pod_policy=clean_pod_policy,
-        init_from=init_from,
-    )
-
-
-def _parse_labels(raw: Any) -> Mapping[str, str]:
-    """Extra labels (team, cost center) on the stack's objects: metadata only, so changing them
-    updates the objects in place and never replaces the job."""
-    if raw is None:
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            raise _fail("labels", raw, "expected an object of label names to strings") from None
-    if not isinstance(raw, Mapping):
-        raise _fail("labels", raw, "expected an object of label names to strings")
-    labels: dict[str, str] = {}
-    for name, value in raw.items():
-        prefix, _, label = str(name).rpartition("/")
-        if (prefix and not (_DNS1123_SUBDOMAIN.match(prefix) and len(prefix) <= 253)) or not (
-            _LABEL_VALUE.match(label) and label
-        ):
-            raise _fail(
-                f"labels.{name}",
-                value,
-                "label names are [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
-                "starting and ending alphanumeric, prefix a DNS subdomain",
-            )
-        if prefix == "app.kubernetes.io":
-            raise _fail(f"labels.{name}", value, "app.kubernetes.io/* labels are the stack's own")
-        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
-            raise _fail(
-                f"labels.{name}",
-                value,
-                "a label value is a string of up to 63 characters of [A-Za-z0-9-_.], "
-                "empty or starting and ending alphanumeric",
-            )
-        labels[str(name)] = value
-    return labels
-
-
-def _check_init_from(job: JobSettings, checkpoints: CheckpointSettings) -> None:
-    """job.initFrom must be a path on the claim (the only storage the pods share), and not this
-    job's own checkpoint directory: a warm start is a new run with a directory of its own."""
-    value = job.init_from
-    if value is None:
-        return
-    mount = checkpoints.mount_path
-    own = f"{mount}/{job.name}"
-    parts = value.split("/")
-    if not value.startswith(mount + "/") or any(part in ("", ".", "..") for part in parts[1:]):
-        raise _fail(
-            "job.initFrom",
-            value,
-            f"expected a checkpoint directory or file on the claim, under {mount}/ "
-            f"(e.g. {mount}/<previous job.name>), without '..' or a trailing '/'",
-        )
-    if value == own or value.startswith(own + "/"):
-        raise _fail(
-            "job.initFrom",
-            value,
-            f"this is the job's own checkpoint directory {own}; a warm start writes a new run: "
-            "give the job a new job.name and point job.initFrom at the old one",
-        )
 
 
 def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackSettings:
@@ -621,51 +602,21 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
             REDACTED,
             "pass the registry password separately (parse_settings(password=...))",
         )
-    unknown = sorted(set(values) - set(TOP_LEVEL_KEYS))
-    if unknown:
+    try:
+        settings = _STACK.validate_python(values, context=_FROM_CONFIG)
+    except ValidationError as error:
+        raise _settings_error(error) from None
+    if settings.registry is not None:
+        registry = dataclasses.replace(settings.registry, password=password)
+        return dataclasses.replace(settings, registry=registry)
+    if password is not None:
         raise _fail(
-            unknown[0],
-            values[unknown[0]],
-            f"unknown key; allowed keys are {', '.join((*TOP_LEVEL_KEYS, PASSWORD_KEY))}",
+            PASSWORD_KEY,
+            REDACTED,
+            "a registry password needs the registry object (registry.server and "
+            "registry.username); set them or remove the password",
         )
-    platform = values.get("platform", "kubeflow")
-    if platform not in PLATFORMS:
-        raise _fail("platform", platform, f"expected one of {', '.join(PLATFORMS)}")
-    runai_project = _dns_label("runaiProject", _top_string(values, "runaiProject"), 57)
-    if platform == "runai" and runai_project is None:
-        raise _fail(
-            "runaiProject", None, "required when platform is runai (the Run:ai project name)"
-        )
-    if platform != "runai" and runai_project is not None:
-        raise _fail("runaiProject", runai_project, "only allowed when platform is runai")
-    default_namespace = f"runai-{runai_project}" if platform == "runai" else "default"
-    namespace = _dns_label("namespace", _top_string(values, "namespace")) or default_namespace
-    kube_context = _top_string(values, "kubeContext")
-    labels = _parse_labels(values.get("labels"))
-
-    image = _parse_image(_Section("image", values.get("image")))
-    registry = _parse_registry(values.get("registry"), password, image)
-    checkpoints = _parse_checkpoints(_Section("checkpoints", values.get("checkpoints")))
-    job = _parse_job(_Section("job", values.get("job")))
-    if checkpoints.access_mode == "ReadWriteOncePod" and job.nodes > 1:
-        raise _fail(
-            "checkpoints.accessMode",
-            checkpoints.access_mode,
-            f"ReadWriteOncePod lets one pod mount the claim but job.nodes is {job.nodes}; "
-            "use ReadWriteMany (or ReadWriteOnce, which co-locates the pods on one node)",
-        )
-    _check_init_from(job, checkpoints)
-    return StackSettings(
-        platform=platform,
-        namespace=namespace,
-        runai_project=runai_project,
-        kube_context=kube_context,
-        labels=labels,
-        image=image,
-        registry=registry,
-        checkpoints=checkpoints,
-        job=job,
-    )
+    return settings
 
 
 def _project_values(config: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -735,3 +686,41 @@ def load_settings() -> StackSettings:
     except SettingsError as error:
         raise pulumi.RunError(str(error)) from None
     return settings
+
+
+def _declared_keys() -> Iterator[tuple[str, FieldInfo]]:
+    """Every key in declaration order, each object's keys after its name, the secret top-level."""
+    for key, info in _config_fields(StackSettings).items():
+        if (section := _object_type(info.annotation)) is None:
+            yield key, info
+        for field in getattr(section, "__pydantic_fields__", {}).values():
+            yield (field.alias if field.exclude else f"{key}.{field.alias}"), field
+
+
+def _default_text(info: FieldInfo) -> str:
+    if (factory := info.default_factory) is not None:  # a derived default's docstring says it
+        return str(factory.__doc__) if isinstance(factory, FunctionType) else "—"
+    if info.default is PydanticUndefined:
+        return "required"
+    return "—" if info.default is None else "`" + json.dumps(info.default).strip('"') + "`"
+
+
+def settings_table_markdown() -> str:
+    """README's configuration table, from the declarations."""
+    rows = ["| key | default | allowed | what it does |", "| --- | --- | --- | --- |"]
+    for key, info in _declared_keys():
+        allowed = _allowed(info).removeprefix("expected ")
+        cells = [f"`{key}`", _default_text(info), allowed, " ".join(str(info.description).split())]
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def readme_with_settings_table(readme: str) -> str:
+    """`readme` with the generated table between its markers."""
+    start = readme.index(TABLE_START) + len(TABLE_START)
+    return f"{readme[:start]}\n{settings_table_markdown()}{readme[readme.index(TABLE_END) :]}"
+
+
+if __name__ == "__main__":  # python -m components.settings: regenerate README.md's table
+    README = REPO_ROOT / "README.md"
+    README.write_text(readme_with_settings_table(README.read_text(encoding="utf-8")), "utf-8")

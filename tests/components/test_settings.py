@@ -14,12 +14,18 @@ import pytest
 
 from components.settings import (
     DEFAULT_BASE_IMAGE,
+    PASSWORD_KEY,
     REDACTED,
+    TABLE_END,
+    TABLE_START,
+    TOP_LEVEL_KEYS,
     SettingsError,
     load_settings,
     load_stack_file,
     parse_settings,
     quantity_value,
+    readme_with_settings_table,
+    settings_table_markdown,
 )
 
 MINIMAL: dict[str, Any] = {"image": {"repository": "registry.example.com/ml/trainer"}}
@@ -369,3 +375,88 @@ def test_labels_are_checked_like_kubernetes_labels() -> None:
             parse_settings(with_values(labels={name: value}))
     with pytest.raises(SettingsError, match="labels = 'team'"):
         parse_settings(with_values(labels="team"))
+
+
+# -- one declaration per key: the README's table, the unknown-key message and the help text ----
+
+
+def test_readme_settings_table_is_generated_from_the_declarations(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text(encoding="utf-8")
+    assert readme.count(TABLE_START) == 1 and readme.count(TABLE_END) == 1
+    assert readme_with_settings_table(readme) == readme, (
+        "README.md's settings table differs from components/settings.py's declarations: "
+        "run `.venv/bin/python -m components.settings`"
+    )
+
+
+def test_every_declared_key_has_a_default_allowed_words_and_help() -> None:
+    rows = [row.split(" | ") for row in settings_table_markdown().splitlines()[2:]]
+    keys = [row[0].strip("| `") for row in rows]
+    assert len(keys) == len(set(keys))
+    assert {key for key in keys if "." not in key} == {
+        *(key for key in TOP_LEVEL_KEYS if key not in ("image", "registry", "checkpoints", "job")),
+        PASSWORD_KEY,
+    }
+    for key, (_, default, allowed, help_text) in zip(keys, rows, strict=True):
+        assert default and allowed and help_text.strip(" |") not in ("", "None"), key
+
+
+@pytest.mark.parametrize(
+    ("section", "fields", "key", "named"),
+    [
+        ("job", {"gpus_per_node": 2}, "gpus_per_node", "gpusPerNode"),  # attribute, not key
+        (
+            "registry",  # the password is a top-level secret, never in the registry object
+            {"server": "registry.example.com", "username": "u", "password": "x"},
+            "password",
+            "username",
+        ),
+        ("checkpoints", {"retain": False}, "retain", "retainOnDestroy"),
+    ],
+)
+def test_unknown_keys_are_refused_naming_the_allowed_ones(
+    section: str, fields: dict[str, Any], key: str, named: str
+) -> None:
+    with pytest.raises(SettingsError) as raised:
+        parse_settings(with_values(**{section: fields}))
+    message = str(raised.value)
+    assert message.startswith(f"invalid config pytorch-distributed:{section}.{key} = ")
+    assert "unknown key; allowed keys are " in message and named in message
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value"),
+    [
+        ("job", "nodes", 2.0),  # a float is a mistake, not an integer
+        ("job", "totalEpochs", False),
+        ("checkpoints", "retainOnDestroy", 1),
+        ("checkpoints", "mountPath", "/checkpoints\n"),
+        ("job", "cpu", "1e99999999999"),  # beyond Decimal: refused, not a crash
+    ],
+)
+def test_spellings_lax_parsing_would_let_through_are_refused(
+    section: str, field: str, value: Any
+) -> None:
+    with pytest.raises(SettingsError, match=rf"pytorch-distributed:{section}\.{field} = "):
+        parse_settings(with_values(**{section: {field: value}}))
+
+
+def test_null_means_the_default() -> None:
+    settings = parse_settings(with_values(job={"nodes": None}, kubeContext=None))
+    assert settings.job.nodes == 2 and settings.kube_context is None
+
+
+def test_password_is_never_shown() -> None:
+    settings = parse_settings(
+        with_values(registry={"server": "registry.example.com", "username": "robot"}),
+        password="s3cret",
+    )
+    assert "s3cret" not in repr(settings)
+
+
+def test_replace_checks_each_value_but_leaves_rules_across_keys_to_the_caller() -> None:
+    """tools/run_local.py overrides epochs with dataclasses.replace and words that rule itself."""
+    job = parse_settings(MINIMAL).job
+    assert dataclasses.replace(job, total_epochs=2).save_every == 25
+    with pytest.raises(ValueError, match="nodes"):
+        dataclasses.replace(job, nodes=0)
