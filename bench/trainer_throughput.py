@@ -43,7 +43,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tutorial_loop import PerSampleDataset
-from trainer.checkpoint import CheckpointManager, find_resumable, model_sha256
+from trainer.async_writer import CheckpointWriter
+from trainer.checkpoint import CheckpointStore, find_resumable, model_sha256
+from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
 from trainer.cli import TrainConfig
 from trainer.data import ShardedBatches
 from trainer.distributed import DistContext
@@ -99,8 +101,8 @@ def ours(args: argparse.Namespace, rank: int, directory: Path) -> dict[str, floa
     trainer = Trainer.build(config, ctx)
     point = ResumePoint(None, 0, 0)
     trainer.run(point, StopAgreement(ctx), trainer.restore(point, None))
-    if trainer.manager is not None:
-        trainer.manager.close()
+    if trainer.writer is not None:
+        trainer.writer.close()
     end_to_end = time.perf_counter() - started
     result: dict[str, float | str] = {
         "end_to_end_s": end_to_end,
@@ -225,26 +227,25 @@ def checkpoint_stall(nbytes: int, repeats: int) -> dict[str, Any]:
     # exists after the first step: the trainer calls prepare() before training and again
     # after its first step, so the first save finds its whole staging buffer allocated.
     half = max(nbytes // 8, 1)  # float32 elements in half the state
-    state: dict[str, Any] = {
-        "FORMAT_VERSION": 1,
-        "MODEL_STATE": {"weights": torch.randn(half)},
-        "OPTIMIZER_STATE": {"state": {}, "param_groups": [{"params": [0]}]},
-        "EPOCHS_RUN": 1,
-        "WORLD_SIZE": 1,
-        "CONFIG_FINGERPRINT": "bench",
-    }
+    state = TrainingCheckpoint(
+        model_state={"weights": torch.randn(half)},
+        epochs_run=1,
+        world_size=1,
+        config_fingerprint="bench",
+        optimizer_state={"state": {}, "param_groups": [{"params": [0]}]},
+    ).to_state()
     sync_stalls, lost, blocking, modes, noise = [], [], [], [], []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as scratch:
         directory = Path(scratch)
-        sync = CheckpointManager(directory / "sync", keep=2, background=False)
-        ours = CheckpointManager(directory / "ours", keep=2)
-        sync.directory.mkdir()
-        ours.directory.mkdir()
+        sync = CheckpointWriter(CheckpointStore(directory / "sync", keep=2), background=False)
+        ours = CheckpointWriter(CheckpointStore(directory / "ours", keep=2))
+        sync.store.directory.mkdir()
+        ours.store.directory.mkdir()
         started = time.perf_counter()
         ours.prepare(state)  # what the trainer does before its first step
         prepare_s = time.perf_counter() - started
         training_step(model, optimizer)
-        state["OPTIMIZER_STATE"]["state"] = {0: {"momentum_buffer": torch.randn(half)}}
+        state[OPTIMIZER_STATE]["state"] = {0: {"momentum_buffer": torch.randn(half)}}
         started = time.perf_counter()
         ours.prepare(state)  # ... and after it, for the optimizer's lazy slots
         prepare_s += time.perf_counter() - started
@@ -323,29 +324,24 @@ def end_to_end(rounds: int) -> dict[str, float]:
 def resume(nbytes: int) -> dict[str, float]:
     """Seconds from a committed checkpoint to a model holding its weights."""
     model = nn.Linear(nbytes // 4 // 1024, 1024, bias=False)
-    state = {
-        "FORMAT_VERSION": 1,
-        "MODEL_STATE": model.state_dict(),
-        "EPOCHS_RUN": 1,
-        "WORLD_SIZE": 1,
-        "CONFIG_FINGERPRINT": "bench",
-    }
+    state = TrainingCheckpoint(
+        model_state=model.state_dict(), epochs_run=1, world_size=1, config_fingerprint="bench"
+    ).to_state()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as scratch:
         directory = Path(scratch)
-        manager = CheckpointManager(directory, keep=2, background=False)
-        manager.save(state, epochs_completed=1, step_in_epoch=0)
+        CheckpointStore(directory, keep=2).commit(state, epochs=1, step=0)
         path = directory / "snapshot.pt"
         timings: dict[str, list[float]] = {"baseline": [], "ours": []}
         for _ in range(2):  # alternated; the page cache is warm for both after the first
             started = time.perf_counter()
             loaded = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
-            model.load_state_dict(loaded["MODEL_STATE"])
+            model.load_state_dict(loaded[MODEL_STATE])
             timings["baseline"].append(time.perf_counter() - started)
             del loaded
             started = time.perf_counter()
             found = find_resumable(directory)
             assert found is not None
-            model.load_state_dict(found.state["MODEL_STATE"])
+            model.load_state_dict(found.checkpoint.model_state)
             timings["ours"].append(time.perf_counter() - started)
             del found
     return {name: min(values) for name, values in timings.items()}
@@ -363,9 +359,13 @@ def main() -> int:
     parser.add_argument("--resume-mb", type=int, default=1024, help="0 skips the resume row")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="0 skips the end-to-end row")
     args = parser.parse_args()
-    if args.epochs < 2:
-        # Steady state leaves out the first epoch (warm-up), so one epoch leaves nothing.
-        parser.error(f"--epochs = {args.epochs}: allowed: 2 or more")
+    # Steady state leaves out the first epoch (warm-up), so one epoch leaves nothing; the
+    # medians and means need one round and one save at least; the rows that 0 skips, not < 0.
+    minimums = {"epochs": 2, "rounds": 1, "repeats": 1, "resume_mb": 0, "e2e_rounds": 0}
+    for name, minimum in minimums.items():
+        if getattr(args, name) < minimum:
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"{flag} = {getattr(args, name)}: allowed: {minimum} or more")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     print(

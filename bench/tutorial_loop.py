@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE
 from trainer.task import TaskContext, regression_task
 
 
@@ -63,8 +64,9 @@ def main() -> int:
         if task.scheduler is not None:
             task.scheduler.step()
         if rank == 0 and (epoch + 1) % args.save_every == 0:
+            # The tutorial's two keys, the same ones the trainer's snapshot.pt carries.
             torch.save(
-                {"MODEL_STATE": model.module.state_dict(), "EPOCHS_RUN": epoch + 1}, args.snapshot
+                {MODEL_STATE: model.module.state_dict(), EPOCHS_RUN: epoch + 1}, args.snapshot
             )
     dist.destroy_process_group()
     return 0

@@ -1,8 +1,11 @@
 """Command line: the tutorial's shape (``[--batch_size B] TOTAL_EPOCHS SAVE_EVERY``) plus the
 flags a fault-tolerant run needs, validated into a frozen :class:`TrainConfig`.
 
-Validation happens here, before any directory or process group exists, so a bad value never
-leaves anything behind and every rank reports the same argparse error naming the flag.
+Each option is declared once, on its :class:`TrainConfig` field (default, validator, help, flag
+names); the parser is built from the fields, so a new option cannot be added to one and
+forgotten in the other. Validation happens here, before any directory or process group exists,
+so a bad value never leaves anything behind and every rank reports the same argparse error
+naming the flag.
 """
 
 from __future__ import annotations
@@ -11,44 +14,11 @@ import argparse
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 DEFAULT_TASK = "trainer.task:regression_task"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    total_epochs: int
-    save_every: int
-    batch_size: int = 32
-    checkpoint_dir: Path = Path("/checkpoints")
-    seed: int = 0
-    dataset_size: int = 2048
-    keep: int = 2
-    task: str = DEFAULT_TASK
-    pg_timeout: float = 300.0
-    init_from: Path | None = None
-    init_optimizer: bool = False
-
-    def semantic_config(self) -> dict[str, object]:
-        """What a checkpoint must agree with to be resumed.
-
-        TOTAL_EPOCHS, SAVE_EVERY, --keep and --pg-timeout are left out on purpose: they change
-        how long or how often we train/save, not what one training step computes, so a finished
-        run may be extended with more epochs or saved more often. --init-from is left out too:
-        it only seeds a fresh run's weights, and the run's own checkpoints record it.
-        """
-        return {
-            "task": self.task,
-            "batch_size": self.batch_size,
-            "dataset_size": self.dataset_size,
-            "seed": self.seed,
-        }
-
-    def fingerprint(self) -> str:
-        encoded = json.dumps(self.semantic_config(), sort_keys=True).encode()
-        return hashlib.sha256(encoded).hexdigest()[:16]
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -118,77 +88,144 @@ def _init_source(text: str) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Option:
+    """How a :class:`TrainConfig` field is spelled on the command line. ``flags``: the names of
+    an optional argument (default ``--field-name``); ``positional``: an argument in the
+    tutorial's order instead, shown as FIELD_NAME. ``help`` may use ``%(default)s``."""
+
+    help: str
+    type: Callable[[str], Any] | None = None
+    flags: tuple[str, ...] = ()
+    positional: bool = False
+    metavar: str | None = None
+    action: str | None = None
+
+
+def _cli(help: str, **spelling: Any) -> dict[str, Option]:
+    return {"option": Option(help, **spelling)}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    total_epochs: int = field(
+        metadata=_cli(
+            "total epochs to train (a resumed run continues up to this count)",
+            type=_int_at_least(1, "epochs to train in total"),
+            positional=True,
+        )
+    )
+    save_every: int = field(
+        metadata=_cli(
+            "write a checkpoint after every N completed epochs (the last epoch is always saved)",
+            type=_int_at_least(1, "save every N completed epochs"),
+            positional=True,
+        )
+    )
+    batch_size: int = field(
+        default=32,
+        metadata=_cli(
+            "input batch size on each rank (default: %(default)s)",
+            type=_int_at_least(1, "samples per rank per step"),
+            flags=("--batch_size", "--batch-size"),  # the tutorial's spelling first
+        ),
+    )
+    checkpoint_dir: Path = field(
+        default=Path("/checkpoints"),
+        metadata=_cli(
+            "shared directory for checkpoints and metrics (default: %(default)s)",
+            type=_checkpoint_dir,
+        ),
+    )
+    seed: int = field(
+        default=0, metadata=_cli("seed for model init and data (default: %(default)s)", type=_seed)
+    )
+    dataset_size: int = field(
+        default=2048,
+        metadata=_cli(
+            "samples in the generated dataset (default: %(default)s)",
+            type=_int_at_least(1, "samples in the dataset"),
+        ),
+    )
+    keep: int = field(
+        default=2,
+        metadata=_cli(
+            "number of committed checkpoints to keep, at least 2 (default: %(default)s)",
+            type=_int_at_least(2, "checkpoints kept so a corrupt newest one has a fallback"),
+        ),
+    )
+    task: str = field(
+        default=DEFAULT_TASK,
+        metadata=_cli(
+            "MODULE:FUNCTION building the model, data and optimizer (default: %(default)s)",
+            type=_task_spec,
+        ),
+    )
+    pg_timeout: float = field(
+        default=300.0,
+        metadata=_cli(
+            "process-group timeout in seconds, bounds any hang (default: %(default)g)",
+            type=_positive_seconds,
+        ),
+    )
+    init_from: Path | None = field(
+        default=None,
+        metadata=_cli(
+            "warm start: a new run (its own --checkpoint-dir) begins from the model weights of "
+            "this checkpoint file, or of the newest verified checkpoint in this directory; a "
+            "run that already has checkpoints of its own resumes them instead",
+            type=_init_source,
+            metavar="PATH",
+        ),
+    )
+    init_optimizer: bool = field(
+        default=False,
+        metadata=_cli(
+            "with --init-from: also load the optimizer state (its shapes must match)",
+            action="store_true",
+        ),
+    )
+
+    def semantic_config(self) -> dict[str, object]:
+        """What a checkpoint must agree with to be resumed.
+
+        TOTAL_EPOCHS, SAVE_EVERY, --keep and --pg-timeout are left out on purpose: they change
+        how long or how often we train/save, not what one training step computes, so a finished
+        run may be extended with more epochs or saved more often. --init-from is left out too:
+        it only seeds a fresh run's weights, and the run's own checkpoints record it.
+        """
+        return {
+            "task": self.task,
+            "batch_size": self.batch_size,
+            "dataset_size": self.dataset_size,
+            "seed": self.seed,
+        }
+
+    def fingerprint(self) -> str:
+        encoded = json.dumps(self.semantic_config(), sort_keys=True).encode()
+        return hashlib.sha256(encoded).hexdigest()[:16]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
         description="Fault-tolerant, resumable DDP trainer (run it under torchrun).",
     )
-    parser.add_argument(
-        "total_epochs",
-        metavar="TOTAL_EPOCHS",
-        type=_int_at_least(1, "epochs to train in total"),
-        help="total epochs to train (a resumed run continues up to this count)",
-    )
-    parser.add_argument(
-        "save_every",
-        metavar="SAVE_EVERY",
-        type=_int_at_least(1, "save every N completed epochs"),
-        help="write a checkpoint after every N completed epochs (the last epoch is always saved)",
-    )
-    parser.add_argument(
-        "--batch_size",
-        "--batch-size",
-        dest="batch_size",
-        type=_int_at_least(1, "samples per rank per step"),
-        default=32,
-        help="input batch size on each rank (default: 32)",
-    )
-    parser.add_argument(
-        "--checkpoint-dir",
-        type=_checkpoint_dir,
-        default=Path("/checkpoints"),
-        help="shared directory for checkpoints and metrics (default: /checkpoints)",
-    )
-    parser.add_argument(
-        "--seed", type=_seed, default=0, help="seed for model init and data (default: 0)"
-    )
-    parser.add_argument(
-        "--dataset-size",
-        type=_int_at_least(1, "samples in the dataset"),
-        default=2048,
-        help="samples in the generated dataset (default: 2048)",
-    )
-    parser.add_argument(
-        "--keep",
-        type=_int_at_least(2, "checkpoints kept so a corrupt newest one has a fallback"),
-        default=2,
-        help="number of committed checkpoints to keep, at least 2 (default: 2)",
-    )
-    parser.add_argument(
-        "--task",
-        type=_task_spec,
-        default=DEFAULT_TASK,
-        help=f"MODULE:FUNCTION building the model, data and optimizer (default: {DEFAULT_TASK})",
-    )
-    parser.add_argument(
-        "--pg-timeout",
-        type=_positive_seconds,
-        default=300.0,
-        help="process-group timeout in seconds, bounds any hang (default: 300)",
-    )
-    parser.add_argument(
-        "--init-from",
-        type=_init_source,
-        metavar="PATH",
-        help="warm start: a new run (its own --checkpoint-dir) begins from the model weights of "
-        "this checkpoint file, or of the newest verified checkpoint in this directory; a run "
-        "that already has checkpoints of its own resumes them instead",
-    )
-    parser.add_argument(
-        "--init-optimizer",
-        action="store_true",
-        help="with --init-from: also load the optimizer state (its shapes must match)",
-    )
+    for spec in fields(TrainConfig):
+        option: Option = spec.metadata["option"]
+        if option.positional:
+            parser.add_argument(
+                spec.name, metavar=spec.name.upper(), type=option.type, help=option.help
+            )
+            continue
+        spelling: dict[str, Any] = {"dest": spec.name, "default": spec.default, "help": option.help}
+        if option.action is not None:
+            spelling["action"] = option.action
+        else:
+            spelling["type"] = option.type
+        if option.metavar is not None:
+            spelling["metavar"] = option.metavar
+        parser.add_argument(*(option.flags or (f"--{spec.name.replace('_', '-')}",)), **spelling)
     return parser
 
 
@@ -205,16 +242,4 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
                 f"--checkpoint-dir {str(args.checkpoint_dir)!r}; a warm start writes to a new "
                 "directory, so pass another --checkpoint-dir"
             )
-    return TrainConfig(
-        total_epochs=args.total_epochs,
-        save_every=args.save_every,
-        batch_size=args.batch_size,
-        checkpoint_dir=args.checkpoint_dir,
-        seed=args.seed,
-        dataset_size=args.dataset_size,
-        keep=args.keep,
-        task=args.task,
-        pg_timeout=args.pg_timeout,
-        init_from=args.init_from,
-        init_optimizer=args.init_optimizer,
-    )
+    return TrainConfig(**{spec.name: getattr(args, spec.name) for spec in fields(TrainConfig)})

@@ -3,7 +3,9 @@ schedule / on SIGTERM / at the end, and shut the process group down cleanly.
 
 Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
 rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
-rank, so a restart with the same world size gives every rank back its own RNG stream.
+rank, so a restart with the same world size gives every rank back its own RNG stream. What a
+checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the disk is
+``trainer.async_writer`` (when, where) and ``trainer.checkpoint`` (the store).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -26,11 +28,12 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import (
-    FORMAT_VERSION,
+    REJECTED_DIR,
     WRITE_DELAY_ENV,
     CheckpointError,
-    CheckpointManager,
+    CheckpointStore,
     find_resumable,
     load_checkpoint,
     read_manifest,
@@ -38,6 +41,7 @@ from trainer.checkpoint import (
     remove_stale_temporaries,
     set_aside_skipped,
 )
+from trainer.checkpoint_schema import RankState, TrainingCheckpoint
 from trainer.cli import TrainConfig, parse_config
 from trainer.data import ShardedBatches
 from trainer.distributed import (
@@ -180,11 +184,11 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 def decide_resume(
     ctx: DistContext, config: TrainConfig
-) -> tuple[ResumePoint, dict[str, Any] | None]:
+) -> tuple[ResumePoint, TrainingCheckpoint | None]:
     """Rank 0 decides, everyone follows: ranks never disagree about whether/where to resume.
     Rank 0 also gets the state it verified, so the restore does not read the file again."""
     decision: dict[str, Any] = {}
-    state: dict[str, Any] | None = None
+    state: TrainingCheckpoint | None = None
     if ctx.is_main:
         try:
             point, state = _choose(ctx, config)
@@ -197,7 +201,7 @@ def decide_resume(
     return decision["point"], state
 
 
-def _choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, dict[str, Any] | None]:
+def _choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint | None]:
     directory = config.checkpoint_dir
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(directory)
@@ -214,17 +218,18 @@ def _choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, dict[st
             directory,
             config.init_from,
         )
-    saved_world = int(found.state["WORLD_SIZE"])
+    saved = found.checkpoint
+    saved_world = saved.world_size
     if saved_world != ctx.world_size:
         raise ResumeRefusedError(
             f"checkpoint {found.path} was written with world size {saved_world}, but this run has "
             f"world size {ctx.world_size}; resume with {saved_world} processes in total "
             f"(nnodes x nproc-per-node) or use a new --checkpoint-dir"
         )
-    if found.state["CONFIG_FINGERPRINT"] != config.fingerprint():
+    if saved.config_fingerprint != config.fingerprint():
         raise ResumeRefusedError(
-            f"checkpoint {found.path} was written with config {found.state.get('CONFIG')} "
-            f"(fingerprint {found.state['CONFIG_FINGERPRINT']}), but this run has config "
+            f"checkpoint {found.path} was written with config {saved.config} "
+            f"(fingerprint {saved.config_fingerprint}), but this run has config "
             f"{config.semantic_config()} (fingerprint {config.fingerprint()}); use the same "
             f"--task/--batch_size/--dataset-size/--seed to resume it, or, to continue from its "
             f"weights with the new settings, start a new run with --init-from {directory} "
@@ -239,15 +244,15 @@ def _choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, dict[st
         moved = set_aside_skipped(directory, found)
         LOG.warning(
             "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
-            directory / "rejected",
+            directory / REJECTED_DIR,
             ", ".join(path.name for path in moved) or "(files already gone)",
         )
     LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
     point = ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
-    return point, found.state
+    return point, saved
 
 
-def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, dict[str, Any]]:
+def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint]:
     """The checkpoint --init-from names: a file (checked against its directory's manifest when
     it is listed there) or a directory's newest verified checkpoint."""
     source = config.init_from
@@ -257,7 +262,7 @@ def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, dict[str, Any]
         found = find_resumable(source)
         if found is None:
             raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
-        path, state, sha256 = found.path, found.state, found.entry.sha256
+        path, state, sha256 = found.path, found.checkpoint, found.entry.sha256
     elif source.is_file():
         listed = {entry.file: entry for entry in read_manifest(source.parent)}
         entry = listed.get(source.name)
@@ -273,9 +278,9 @@ def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, dict[str, Any]
     origin = {
         "path": str(path),
         "sha256": sha256,
-        "epochs_completed": int(state["EPOCHS_RUN"]),
-        "config": state.get("CONFIG"),
-        "config_fingerprint": state["CONFIG_FINGERPRINT"],
+        "epochs_completed": state.epochs_run,
+        "config": state.config,
+        "config_fingerprint": state.config_fingerprint,
         "optimizer_state": config.init_optimizer,
     }
     LOG.info(
@@ -324,8 +329,8 @@ class Trainer:
     task: Task
     model: DistributedDataParallel
     data: ShardedBatches
-    manager: CheckpointManager | None  # rank 0 only
-    origin: dict[str, Any] | None = None  # a warm start's source, kept in every checkpoint
+    writer: CheckpointWriter | None  # rank 0 only
+    origin: Mapping[str, Any] | None = None  # a warm start's source, kept in every checkpoint
 
     @classmethod
     def build(cls, config: TrainConfig, ctx: DistContext) -> Trainer:
@@ -337,32 +342,32 @@ class Trainer:
         )
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         model = DistributedDataParallel(task.model, device_ids=device_ids)
-        manager = None
+        writer = None
         if ctx.is_main:
             delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
-            manager = CheckpointManager(config.checkpoint_dir, config.keep, write_delay_s=delay)
-        return cls(config, ctx, task, model, data, manager)
+            writer = CheckpointWriter(CheckpointStore(config.checkpoint_dir, config.keep, delay))
+        return cls(config, ctx, task, model, data, writer)
 
-    def _read(self, path: str, state: dict[str, Any] | None) -> dict[str, Any]:
+    def _read(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
         """Rank 0 already holds the state it verified; the others map the same file (its pages
         are in the cache on a shared node), so no rank reads it twice."""
         return state if state is not None else load_checkpoint(Path(path), mmap=True)
 
-    def warm_start(self, point: ResumePoint, state: dict[str, Any] | None) -> None:
+    def warm_start(self, point: ResumePoint, state: TrainingCheckpoint | None) -> None:
         """Seed a new run: model weights, and the optimizer state only when asked."""
         assert point.origin is not None
         state = self._read(point.origin["path"], state)
         try:
-            self.task.model.load_state_dict(state["MODEL_STATE"])
+            self.task.model.load_state_dict(state.model_state)
         except RuntimeError as error:
             raise ResumeRefusedError(
                 f"--init-from {point.origin['path']}: its weights do not fit this run's model "
                 f"(--task {self.config.task}): {error}"
             ) from None
         if self.config.init_optimizer:
-            self._load_optimizer_checked(state.get("OPTIMIZER_STATE"), point.origin["path"])
+            self._load_optimizer_checked(state.optimizer_state, point.origin["path"])
 
-    def _load_optimizer_checked(self, saved: dict[str, Any] | None, path: str) -> None:
+    def _load_optimizer_checked(self, saved: Mapping[str, Any] | None, path: str) -> None:
         if saved is None:
             raise ResumeRefusedError(f"--init-optimizer: {path} holds no optimizer state")
         params = [p for group in self.task.optimizer.param_groups for p in group["params"]]
@@ -386,66 +391,62 @@ class Trainer:
                 f"optimizer ({error}); drop --init-optimizer to take the weights only"
             ) from None
 
-    def load(self, point: ResumePoint, state: dict[str, Any] | None) -> tuple[float, int]:
+    def load(self, point: ResumePoint, state: TrainingCheckpoint | None) -> tuple[float, int]:
         """Restore from the exact file rank 0 chose; returns this rank's partial epoch loss."""
         assert point.path is not None
         state = self._read(point.path, state)
-        self.task.model.load_state_dict(state["MODEL_STATE"])
-        self.task.optimizer.load_state_dict(state["OPTIMIZER_STATE"])
-        if self.task.scheduler is not None and state["SCHEDULER_STATE"] is not None:
-            self.task.scheduler.load_state_dict(state["SCHEDULER_STATE"])
-        mine = state["PER_RANK"][self.ctx.rank]
-        restore_rng(mine["rng"])
-        return float(mine["loss_sum"]), int(mine["samples"])
+        self.task.model.load_state_dict(state.model_state)
+        self.task.optimizer.load_state_dict(state.optimizer_state)
+        if self.task.scheduler is not None and state.scheduler_state is not None:
+            self.task.scheduler.load_state_dict(state.scheduler_state)
+        mine = state.rank_state(self.ctx.rank)
+        restore_rng(mine.rng)
+        return mine.loss_sum, mine.samples
 
     def checkpoint(
         self, epochs: int, step: int, loss: EpochLoss, samples: int, *, final: bool
     ) -> None:
         """Collective (every rank calls it); rank 0 hands the state to the background writer."""
-        mine = {"rng": capture_rng(), "loss_sum": loss.total(), "samples": samples}
-        per_rank = all_gather_object(self.ctx, mine)
-        if self.manager is None:
+        mine = RankState(capture_rng(), loss.total(), samples)
+        per_rank = all_gather_object(self.ctx, mine.to_state())
+        if self.writer is None:
             return
-        state = self._state(epochs, step, per_rank)
-        self.manager.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
+        state = self._state(epochs, per_rank)
+        self.writer.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
 
-    def _state(self, epochs: int, step: int, per_rank: list[object]) -> dict[str, Any]:
+    def _state(self, epochs: int, per_rank: list[object]) -> dict[str, Any]:
+        """The dictionary a save writes. Where in the data it was taken is not part of it:
+        (epochs, step) in the manifest and the file name locate it, and the data order follows
+        from the seed and world size the checkpoint already records."""
         scheduler = self.task.scheduler
-        return {
-            "FORMAT_VERSION": FORMAT_VERSION,
-            "MODEL_STATE": self.task.model.state_dict(),
-            "EPOCHS_RUN": epochs,
-            "OPTIMIZER_STATE": self.task.optimizer.state_dict(),
-            "SCHEDULER_STATE": scheduler.state_dict() if scheduler is not None else None,
-            "PER_RANK": per_rank,
-            "DATA_STATE": {
-                "seed": self.config.seed,
-                "epoch": epochs,
-                "step_in_epoch": step,
-                "steps_per_epoch": self.data.steps_per_epoch(),
-            },
-            "WORLD_SIZE": self.ctx.world_size,
-            "CONFIG": self.config.semantic_config(),
-            "CONFIG_FINGERPRINT": self.config.fingerprint(),
-            "ORIGIN": self.origin,
-        }
+        return TrainingCheckpoint(
+            model_state=self.task.model.state_dict(),
+            epochs_run=epochs,
+            world_size=self.ctx.world_size,
+            config_fingerprint=self.config.fingerprint(),
+            optimizer_state=self.task.optimizer.state_dict(),
+            scheduler_state=scheduler.state_dict() if scheduler is not None else None,
+            per_rank=per_rank,
+            config=self.config.semantic_config(),
+            origin=self.origin,
+        ).to_state()
 
-    def restore(self, point: ResumePoint, state: dict[str, Any] | None) -> tuple[float, int]:
+    def restore(self, point: ResumePoint, state: TrainingCheckpoint | None) -> tuple[float, int]:
         """Everything before the first step: resume or warm start, rewind the metrics, prepare
         the checkpoint writer. ``state``: on rank 0, the checkpoint it read while choosing."""
         carried = (0.0, 0)
         if point.path:
             carried = self.load(point, state)
-            self.origin = state.get("ORIGIN") if state is not None else None
+            self.origin = state.origin if state is not None else None
         elif point.origin is not None:
             self.warm_start(point, state)
             self.origin = point.origin
-        if self.manager is not None:
+        if self.writer is not None:
             dropped = rewind(self.config.checkpoint_dir, point.epochs_completed)
             if dropped:
                 LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
             # Tells the writer policy how large checkpoints will be, before the first one.
-            self.manager.prepare(self._state(point.epochs_completed, 0, []))
+            self.writer.prepare(self._state(point.epochs_completed, []))
         return carried
 
     def run(self, point: ResumePoint, stop: StopAgreement, carried: tuple[float, int]) -> bool:
@@ -463,7 +464,7 @@ class Trainer:
         last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
         # The first step creates the optimizer's lazy slots; the writer's staging buffer gets
         # them right after it, not inside the first save.
-        restage = self.manager is not None
+        restage = self.writer is not None
         for epoch in range(point.epochs_completed, config.total_epochs):
             started = time.perf_counter()
             loss = EpochLoss(carried_loss)
@@ -482,7 +483,7 @@ class Trainer:
                 samples += inputs.shape[0]
                 if restage:
                     restage = False
-                    self._restage(epoch, step + 1)
+                    self._restage(epoch)
             start_step = 0
             if stopped_at is None and stop.drain():
                 stopped_at = steps_per_epoch
@@ -500,9 +501,9 @@ class Trainer:
                 return done == config.total_epochs
         return True
 
-    def _restage(self, epoch: int, step: int) -> None:
-        assert self.manager is not None
-        self.manager.prepare(self._state(epoch, step, []))
+    def _restage(self, epoch: int) -> None:
+        assert self.writer is not None
+        self.writer.prepare(self._state(epoch, []))
 
     def _end_epoch(
         self, epoch: int, metrics: MetricsLog, loss: EpochLoss, samples: int, started: float
@@ -542,10 +543,10 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
         del state  # rank 0's copy of a possibly large checkpoint is not kept while training
         completed = trainer.run(point, stop, carried)
     finally:
-        if trainer.manager is not None:
-            trainer.manager.close()  # a SIGTERM or the end of training commits the write in flight
-    if ctx.is_main and trainer.manager.last_committed is not None:
-        entry = trainer.manager.last_committed
+        if trainer.writer is not None:
+            trainer.writer.close()  # a SIGTERM or the end of training commits the write in flight
+    if ctx.is_main and trainer.writer.last_committed is not None:
+        entry = trainer.writer.last_committed
         LOG.info("last checkpoint: %s (%d epochs completed)", entry.file, entry.epochs_completed)
     if completed:
         return 0

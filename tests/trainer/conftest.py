@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from tests.conftest import REPO_ROOT, pick_free_port
 from trainer.checkpoint import describe
+from trainer.checkpoint_schema import TrainingCheckpoint
 
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -160,6 +163,16 @@ def manifest_epochs(directory: Path) -> list[tuple[int, int]]:
     except (OSError, ValueError):
         return []
     return [(item["epochs_completed"], item["step_in_epoch"]) for item in raw["checkpoints"]]
+
+
+def fake_state(value: float, epochs: int) -> dict[str, Any]:
+    """A small checkpoint dictionary as the trainer hands it to the writer and the store."""
+    return TrainingCheckpoint(
+        model_state={"weight": torch.full((4, 3), value)},
+        epochs_run=epochs,
+        world_size=2,
+        config_fingerprint="abc",
+    ).to_state()
 
 
 def inspect(directory: Path) -> dict:

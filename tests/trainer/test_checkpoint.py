@@ -1,5 +1,6 @@
-"""CheckpointManager on its own (atomic commit, retention, verification, fallback) and the
-same guarantees in real runs: a kill mid-write and a corrupted newest checkpoint."""
+"""The checkpoint store on its own, without the writer (atomic commit, retention, verification,
+fallback, legacy files) and the same guarantees in real runs: a kill mid-write and a corrupted
+newest checkpoint. The writer's policy is test_async_writer."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from tests.trainer.conftest import (
     TOTAL_EPOCHS,
     Background,
+    fake_state,
     inspect,
     inspect_cli,
     manifest_epochs,
@@ -26,30 +28,21 @@ from trainer.checkpoint import (
     REJECTED_DIR,
     SNAPSHOT_NAME,
     CheckpointError,
-    CheckpointManager,
+    CheckpointStore,
+    describe,
     find_resumable,
     model_sha256,
     read_manifest,
     set_aside_skipped,
 )
+from trainer.checkpoint_schema import EPOCHS_RUN, LEGACY_DATA_STATE, MODEL_STATE
 
 
-def fake_state(value: float, epochs: int) -> dict:
-    return {
-        "FORMAT_VERSION": 1,
-        "MODEL_STATE": {"weight": torch.full((4, 3), value)},
-        "EPOCHS_RUN": epochs,
-        "WORLD_SIZE": 2,
-        "CONFIG_FINGERPRINT": "abc",
-    }
-
-
-def save_all(directory: Path, epochs: list[int], keep: int = 2) -> CheckpointManager:
-    manager = CheckpointManager(directory, keep)
+def save_all(directory: Path, epochs: list[int], keep: int = 2) -> CheckpointStore:
+    store = CheckpointStore(directory, keep)
     for epoch in epochs:
-        manager.save(fake_state(float(epoch), epoch), epochs_completed=epoch, step_in_epoch=0)
-    manager.close()
-    return manager
+        store.commit(fake_state(float(epoch), epoch), epoch, 0)
+    return store
 
 
 def test_keeps_the_last_k_and_snapshot_is_the_newest(tmp_path: Path) -> None:
@@ -61,21 +54,8 @@ def test_keeps_the_last_k_and_snapshot_is_the_newest(tmp_path: Path) -> None:
     ]
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert [item["epochs_completed"] for item in manifest["checkpoints"]] == [2, 3, 4]
-    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)["EPOCHS_RUN"] == 4
+    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)[EPOCHS_RUN] == 4
     assert not list(tmp_path.glob(".*tmp*")), "temporary files left behind"
-
-
-def test_the_snapshot_is_a_private_copy_taken_before_save_returns(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, 2, background_min_bytes=0)  # the writer process
-    state = fake_state(1.0, 1)
-    manager.prepare(state)
-    wait_until(manager.writer_ready, "the writer process to start")
-    manager.save(state, epochs_completed=1, step_in_epoch=0)
-    assert manager.last_mode == "background"
-    state["MODEL_STATE"]["weight"].fill_(99.0)  # training goes on while the writer works
-    manager.close()
-    saved = torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)
-    assert torch.equal(saved["MODEL_STATE"]["weight"], torch.full((4, 3), 1.0))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
@@ -94,23 +74,6 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
     assert found is not None
     assert found.entry.epochs_completed == 1
     assert "truncated" in found.skipped[0] or "sha256" in found.skipped[0]
-
-
-def test_a_failed_background_write_is_raised_not_lost(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path / "not-created", 2, background_min_bytes=0)
-    manager.prepare(fake_state(1.0, 1))
-    wait_until(manager.writer_ready, "the writer process to start")
-    manager.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0)
-    assert manager.last_mode == "background"
-    with pytest.raises(CheckpointError, match="checkpoint write failed"):
-        manager.close()
-
-
-def test_a_failed_inline_write_is_raised_at_the_save(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path / "not-created", 2)
-    with pytest.raises(CheckpointError, match="checkpoint write failed"):
-        manager.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0)
-    manager.close()
 
 
 def test_no_usable_checkpoint_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
@@ -194,11 +157,9 @@ def test_a_fallback_rewrites_the_manifest_so_retention_keeps_the_good_one(tmp_pa
     assert moved == [tmp_path / REJECTED_DIR / newest.name]  # kept for a post-mortem
     assert not newest.exists()
     assert [e.epochs_completed for e in read_manifest(tmp_path)] == [1, 2]
-    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)["EPOCHS_RUN"] == 2
+    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)[EPOCHS_RUN] == 2
     # Training goes on with keep=2: retention drops epoch 1, never the checkpoint resumed from.
-    manager = CheckpointManager(tmp_path, 2)
-    manager.save(fake_state(4.0, 4), epochs_completed=4, step_in_epoch=0)
-    manager.close()
+    CheckpointStore(tmp_path, 2).commit(fake_state(4.0, 4), 4, 0)
     assert [e.epochs_completed for e in read_manifest(tmp_path)] == [2, 4]
     assert (tmp_path / "checkpoint-e000002-s000000.pt").is_file()
 
@@ -221,10 +182,8 @@ def _evict_from_page_cache(path: Path) -> None:
 
 def test_verifying_and_loading_a_checkpoint_reads_it_once(tmp_path: Path) -> None:
     state = fake_state(1.0, 1)
-    state["MODEL_STATE"]["weight"] = torch.randn(2 << 20)  # 8 MB, dwarfs everything else read
-    manager = CheckpointManager(tmp_path, 2)
-    manager.save(state, epochs_completed=1, step_in_epoch=0)
-    manager.close()
+    state[MODEL_STATE]["weight"] = torch.randn(2 << 20)  # 8 MB, dwarfs everything else read
+    CheckpointStore(tmp_path, 2).commit(state, 1, 0)
     entry = read_manifest(tmp_path)[0]
     _evict_from_page_cache(tmp_path / entry.file)
 
@@ -237,56 +196,34 @@ def test_verifying_and_loading_a_checkpoint_reads_it_once(tmp_path: Path) -> Non
         pytest.skip("this filesystem keeps the file in memory (tmpfs?): storage reads unseen")
 
     assert found is not None
-    assert torch.equal(found.state["MODEL_STATE"]["weight"], state["MODEL_STATE"]["weight"])
+    assert torch.equal(found.checkpoint.model_state["weight"], state[MODEL_STATE]["weight"])
     # Fetched from storage once, and no second pass through read() from the page cache.
     assert entry.size <= from_storage < 1.5 * entry.size, f"{from_storage} bytes from storage"
     assert from_storage + through_read < 1.5 * entry.size, f"{through_read} more bytes read()"
 
 
-def test_small_states_are_written_inline_without_a_writer_process(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path, 2)
-    manager.prepare(fake_state(0.0, 0))
-    for epoch in (1, 2):
-        manager.save(fake_state(float(epoch), epoch), epochs_completed=epoch, step_in_epoch=0)
-        assert manager.last_mode == "inline"
-        assert manager.last_committed is not None
-        assert manager.last_committed.epochs_completed == epoch  # committed before save returned
-    assert not manager.writer_started
-    manager.close()
-
-
-def test_a_slow_inline_write_moves_later_saves_to_the_writer(tmp_path: Path) -> None:
-    # A budget of 0 s: the first inline write is "too slow" by measurement.
-    manager = CheckpointManager(tmp_path, 2, inline_budget_s=0.0)
-    manager.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0)
-    assert manager.last_mode == "inline" and manager.writer_started
-    wait_until(manager.writer_ready, "the writer process to start")
-    manager.save(fake_state(2.0, 2), epochs_completed=2, step_in_epoch=0)
-    assert manager.last_mode == "background"
-    manager.close()
-    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)["EPOCHS_RUN"] == 2
-
-
-def test_preparing_again_after_the_first_step_stages_the_lazy_optimizer_slots(
+def test_keep_below_two_is_refused_because_a_fallback_needs_a_previous_checkpoint(
     tmp_path: Path,
 ) -> None:
-    # Before the first step an optimizer has no momentum buffers; the trainer prepares again
-    # after it, so the first save copies into buffers that already exist.
-    manager = CheckpointManager(tmp_path, 2, background_min_bytes=0)
+    with pytest.raises(ValueError, match="keep must be >= 2"):
+        CheckpointStore(tmp_path, 1)
+
+
+def test_a_checkpoint_written_before_data_state_was_dropped_still_resumes(tmp_path: Path) -> None:
+    # Earlier trainers also wrote DATA_STATE (seed, epoch, step, steps per epoch); such a file
+    # must keep loading, and what this trainer writes no longer carries the key.
+    legacy = {**fake_state(3.0, 3), LEGACY_DATA_STATE: {"seed": 0, "epoch": 3}}
+    CheckpointStore(tmp_path, 2).commit(legacy, 3, 0)
+    found = find_resumable(tmp_path)
+    assert found is not None and found.checkpoint.epochs_run == 3
+    assert torch.equal(found.checkpoint.model_state["weight"], torch.full((4, 3), 3.0))
+    assert describe(tmp_path)["epochs_completed"] == 3
+    assert LEGACY_DATA_STATE not in fake_state(1.0, 1)
+
+
+def test_a_state_missing_a_required_key_is_never_committed(tmp_path: Path) -> None:
     state = fake_state(1.0, 1)
-    state["OPTIMIZER_STATE"] = {"state": {}}
-    manager.prepare(state)
-    state["OPTIMIZER_STATE"] = {"state": {0: {"momentum_buffer": torch.ones(4, 3)}}}
-    manager.prepare(state)
-    staged = manager._staging
-    assert staged is not None
-    slot = staged["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"]
-    assert slot.is_shared() and torch.equal(slot, torch.ones(4, 3))
-    wait_until(manager.writer_ready, "the writer process to start")
-    manager.save(state, epochs_completed=1, step_in_epoch=0)
-    assert manager.last_mode == "background"
-    again = manager._staging["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"]
-    assert again.data_ptr() == slot.data_ptr()  # reused, not allocated by the save
-    manager.close()
-    saved = torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)
-    assert torch.equal(saved["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"], torch.ones(4, 3))
+    del state[EPOCHS_RUN]
+    with pytest.raises(CheckpointError, match="lacks EPOCHS_RUN"):
+        CheckpointStore(tmp_path, 2).commit(state, 1, 0)
+    assert not list(tmp_path.iterdir()), "nothing may be written for an unloadable state"

@@ -22,6 +22,7 @@ from tests.trainer.conftest import (
     wait_until,
 )
 from trainer.checkpoint import CheckpointError
+from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
 from trainer.cli import parse_config
 from trainer.distributed import DistContext
 from trainer.loop import EpochLoss, ResumeRefusedError, _choose
@@ -58,11 +59,11 @@ def test_save_schedule_counts_completed_epochs_and_always_saves_the_last(
     assert manifest_epochs(reference_run) == [(100, 0), (200, 0), (250, 0)]
     for epochs in (100, 200, 250):
         path = reference_run / f"checkpoint-e{epochs:06d}-s000000.pt"
-        assert torch.load(path, weights_only=True)["EPOCHS_RUN"] == epochs
+        assert torch.load(path, weights_only=True)[EPOCHS_RUN] == epochs
     # What the tutorial's step 8 reads: the latest checkpoint, with the tutorial's keys.
     snapshot = torch.load(reference_run / "snapshot.pt", weights_only=True)
-    assert snapshot["EPOCHS_RUN"] == TOTAL_EPOCHS
-    assert set(snapshot["MODEL_STATE"]) == {"weight", "bias"}
+    assert snapshot[EPOCHS_RUN] == TOTAL_EPOCHS
+    assert set(snapshot[MODEL_STATE]) == {"weight", "bias"}
     info = inspect(reference_run)
     assert info["epochs_completed"] == TOTAL_EPOCHS
     assert info["world_size"] == 2
@@ -102,11 +103,11 @@ def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
     assert loss_curve(directory)[0] == list(range(1, TOTAL_EPOCHS + 1))
     resumed = torch.load(directory / "snapshot.pt", weights_only=True)
     reference = torch.load(reference_run / "snapshot.pt", weights_only=True)
-    for name, tensor in reference["MODEL_STATE"].items():
-        assert torch.equal(resumed["MODEL_STATE"][name], tensor), name
+    for name, tensor in reference[MODEL_STATE].items():
+        assert torch.equal(resumed[MODEL_STATE][name], tensor), name
     assert torch.equal(
-        resumed["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"],
-        reference["OPTIMIZER_STATE"]["state"][0]["momentum_buffer"],
+        resumed[OPTIMIZER_STATE]["state"][0]["momentum_buffer"],
+        reference[OPTIMIZER_STATE]["state"][0]["momentum_buffer"],
     )
 
 

@@ -1,0 +1,347 @@
+"""Where and when a checkpoint is committed: inline, by a writer process, or by a writer
+thread, whichever stalls the training loop less. The commit itself (file, manifest, snapshot,
+retention) is the store's (:class:`trainer.checkpoint.CheckpointStore`); this module owns only
+the machinery around it: the writer process and its pipe, the shared-memory staging buffers,
+the thread fallback, and the policy that picks between them. Either way the loop never waits
+longer than a synchronous save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+import torch
+import torch.multiprocessing
+
+from trainer.checkpoint import CheckpointEntry, CheckpointError, CheckpointStore
+
+# The write policy's two knobs (see CheckpointWriter). A state this large is handed to a writer
+# process from the first save; below it, a save is written inline until one inline write takes
+# longer than INLINE_BUDGET_S, measured.
+BACKGROUND_MIN_BYTES = 64 << 20
+INLINE_BUDGET_S = 0.25
+
+LOG = logging.getLogger("trainer")
+
+
+def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
+    """A private CPU copy, so training can keep mutating its tensors while a thread writes.
+
+    ``reuse`` is the previous copy (already committed): tensors of the same shape and dtype are
+    copied into it instead of freshly allocated, which avoids page-faulting a large new buffer
+    on every checkpoint and keeps the training loop's stall to a memcpy. ``shared`` allocates
+    new buffers in shared memory, so a writer process can read them without another copy."""
+    if isinstance(value, torch.Tensor):
+        source = value.detach()
+        if (
+            isinstance(reuse, torch.Tensor)
+            and reuse.shape == source.shape
+            and reuse.dtype == source.dtype
+            and reuse.device.type == "cpu"
+        ):
+            return reuse.copy_(source)
+        if not shared:
+            return source.to("cpu", copy=True)
+        return _shared_empty(source).copy_(source)
+    if isinstance(value, dict):
+        old = reuse if isinstance(reuse, dict) else {}
+        return {key: copy_to_cpu(item, old.get(key), shared=shared) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        old_items = list(reuse) if isinstance(reuse, list | tuple) else []
+        old_items += [None] * (len(value) - len(old_items))
+        copied = [
+            copy_to_cpu(item, old, shared=shared)
+            for item, old in zip(value, old_items, strict=False)
+        ]
+        return copied if isinstance(value, list) else tuple(copied)
+    return value
+
+
+def _shared_empty(like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised shared-memory tensor shaped like ``like``, allocated in shared memory
+    directly: ``empty().share_memory_()`` allocates private memory, faults it in and copies
+    it into a shared segment, three passes over a buffer the caller overwrites anyway."""
+    nbytes = like.nelement() * like.element_size()
+    try:
+        storage = torch.UntypedStorage._new_shared(nbytes)
+    except (AttributeError, TypeError):  # a torch without the private constructor
+        return torch.empty(like.shape, dtype=like.dtype, device="cpu").share_memory_()
+    return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
+
+
+def _share(value: Any) -> None:
+    """Move every tensor of a snapshot into shared memory (a no-op once it is there)."""
+    if isinstance(value, torch.Tensor):
+        value.share_memory_()
+    elif isinstance(value, dict):
+        for item in value.values():
+            _share(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _share(item)
+
+
+def state_bytes(value: Any) -> int:
+    """Bytes of tensor data in a (nested) state: what a save copies and writes."""
+    if isinstance(value, torch.Tensor):
+        return value.nelement() * value.element_size()
+    if isinstance(value, dict):
+        return sum(state_bytes(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(state_bytes(item) for item in value)
+    return 0
+
+
+def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
+    """Commits snapshots sent by the trainer. A separate process, because torch.save holds the
+    GIL while it writes: on a thread it would stall the training loop almost as much as a
+    synchronous save. It ignores SIGINT/SIGTERM (the trainer decides when to stop), says
+    "ready" once its imports are done (until then the trainer writes inline instead of
+    waiting for it), and exits when the trainer closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Hashing and serialising compete with the training loop for the same cores; the loop's
+    # step time is what the job pays for, so the writer yields the CPU whenever both want it.
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    # The manifest's sha256 already guards every byte; skipping the zip's CRC32 saves a pass
+    # over the data on a CPU the training loop may need.
+    # (torch >= 2.6; the NGC 24.07 image ships 2.4, which always computes the CRC.)
+    if hasattr(torch.serialization, "set_crc32_options"):
+        torch.serialization.set_crc32_options(False)
+    try:
+        conn.send(("ready", None))
+    except (BrokenPipeError, EOFError, OSError):
+        return
+    while True:
+        try:
+            state, epochs, step = conn.recv()
+        except EOFError:
+            return
+        try:
+            entry = store.commit(state, epochs, step)
+            conn.send(("ok", asdict(entry)))
+        except Exception as error:
+            conn.send(("error", f"{type(error).__name__}: {error}"))
+        del state
+
+
+class CheckpointWriter:
+    """Commits checkpoints for rank 0 through ``store``, inline or in the background, whichever
+    stalls less.
+
+    A background save costs the loop a copy of the state into a (reused, shared-memory)
+    staging buffer; a writer process then commits it. That only pays when the write itself is
+    slow compared with the copy, and a writer process is an interpreter importing torch (1-2 s
+    of CPU that training shares). So:
+
+    * a state of at least ``background_min_bytes`` (``prepare`` or the first save tells) gets
+      the writer process started at once, in the background, and its staging buffer allocated;
+    * smaller states are written inline, and each inline write is timed: once one takes longer
+      than ``inline_budget_s`` the writer is started for the saves that follow;
+    * a save never waits for the writer to start: until it says "ready", saves are inline.
+
+    At most one write is in flight; ``wait`` blocks until it is committed (on SIGTERM and at the
+    end of training). Where shared memory is unavailable a writer thread stands in."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        background: bool = True,
+        background_min_bytes: int = BACKGROUND_MIN_BYTES,
+        inline_budget_s: float = INLINE_BUDGET_S,
+    ) -> None:
+        self.store = store
+        self.background = background
+        self.background_min_bytes = background_min_bytes
+        self.inline_budget_s = inline_budget_s
+        self._use_process = background
+        self._process: Any = None
+        self._conn: Any = None
+        self._ready = False
+        self._pending = False
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._staging: dict[str, Any] | None = None  # the last committed copy, reused
+        self.last_committed: CheckpointEntry | None = None
+        self.last_mode: str | None = None  # "inline" | "background": how the last save went
+
+    # -- policy -------------------------------------------------------------------------------
+
+    def prepare(self, state: Mapping[str, Any]) -> None:
+        """Called before training with a state shaped like the checkpoints to come: a large one
+        starts the writer now and allocates the staging copy, so even the first save only
+        copies into it. Called again after the first step, when optimizers have created their
+        lazy slots (momentum, Adam moments: often as large as the model), it allocates only
+        what is missing; without that the first save would allocate them inside the loop."""
+        if self._pending or self._thread is not None:
+            return  # the staging buffers are being written out; never overwrite them
+        if self.background and state_bytes(state) >= self.background_min_bytes:
+            self._start_writer()
+            if self._use_process:
+                self._stage(state)
+
+    @property
+    def writer_started(self) -> bool:
+        return self._conn is not None
+
+    def writer_ready(self) -> bool:
+        """True once saves can be handed over (the writer process said "ready")."""
+        if not self._use_process:
+            return self.background and self._staging is not None  # the thread fallback
+        if self._conn is None:
+            return False
+        if not self._ready:
+            try:
+                if self._conn.poll():
+                    status, _ = self._conn.recv()
+                    self._ready = status == "ready"
+            except (EOFError, OSError):
+                LOG.warning("checkpoint writer process died while starting: writing inline")
+                self._abandon_writer()
+        return self._ready
+
+    # -- saving -------------------------------------------------------------------------------
+
+    def save(
+        self,
+        state: Mapping[str, Any],
+        *,
+        epochs_completed: int,
+        step_in_epoch: int,
+        final: bool = False,
+    ) -> None:
+        """``final``: nothing trains after this save (end of training, SIGTERM), so it is
+        committed right here; handing it over would only add a copy."""
+        self.wait()  # the previous write is committed, so its buffers are free to reuse
+        size = state_bytes(state)
+        if self.background and not final and size >= self.background_min_bytes:
+            self._start_writer()
+        if self.background and not final and self.writer_ready():
+            snapshot = self._stage(state)
+            if self._use_process:
+                try:
+                    self._conn.send((snapshot, epochs_completed, step_in_epoch))
+                    self._pending = True
+                    self.last_mode = "background"
+                    return
+                except (OSError, RuntimeError) as error:
+                    LOG.warning("checkpoint writer process unavailable (%s): writing inline", error)
+                    self._abandon_writer()
+            else:
+                self._thread = threading.Thread(
+                    target=self._commit_in_thread,
+                    args=(snapshot, epochs_completed, step_in_epoch),
+                    name="checkpoint-writer",
+                )
+                self._thread.start()
+                self.last_mode = "background"
+                return
+        started = time.perf_counter()
+        try:
+            entry = self.store.commit(state, epochs_completed, step_in_epoch)
+        except (OSError, RuntimeError) as error:
+            raise CheckpointError(f"checkpoint write failed: {error}") from error
+        self._committed(entry)
+        self.last_mode = "inline"
+        if self.background and time.perf_counter() - started > self.inline_budget_s:
+            self._start_writer()  # measured: inline writes now cost more than a handover
+
+    def _stage(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Copy into the staging buffers (shared memory for the writer process)."""
+        try:
+            snapshot = copy_to_cpu(dict(state), self._staging, shared=self._use_process)
+            if self._use_process:
+                _share(snapshot)
+        except (OSError, RuntimeError) as error:  # e.g. a tiny /dev/shm in a bare container
+            LOG.warning("no shared memory for checkpoints (%s): writing from a thread", error)
+            self._abandon_writer()
+            snapshot = copy_to_cpu(dict(state), self._staging)
+        self._staging = snapshot
+        return snapshot
+
+    def _start_writer(self) -> None:
+        if self._conn is not None or not self._use_process:
+            return
+        context = torch.multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_writer_process_main,
+            args=(child, self.store),
+            name="checkpoint-writer",
+            daemon=True,
+        )
+        # Only a started writer is remembered: if start() fails, the thread fallback takes
+        # over and close() must not wait on a process that never ran.
+        try:
+            process.start()
+        except (OSError, RuntimeError) as error:
+            LOG.warning("checkpoint writer process unavailable (%s): using a thread", error)
+            self._use_process = False
+            parent.close()
+            return
+        finally:
+            child.close()
+        self._conn, self._process = parent, process
+
+    def _abandon_writer(self) -> None:
+        self._use_process = False
+        self._ready = False
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._process.join(timeout=60)
+            self._conn = self._process = None
+
+    def in_flight(self) -> bool:
+        if self._pending:
+            return not self._conn.poll()
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._pending:
+            self._pending = False
+            try:
+                status, payload = self._conn.recv()
+            except EOFError:
+                status, payload = "error", "the checkpoint writer process died"
+            if status == "ok":
+                self._committed(CheckpointEntry.from_json(payload))
+            else:
+                self._error = CheckpointError(payload)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CheckpointError(f"checkpoint write failed: {error}") from error
+
+    def close(self) -> None:
+        """Wait for the write in flight, then let the writer process exit."""
+        try:
+            self.wait()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._process.join(timeout=60)
+                self._conn = self._process = None
+
+    def _committed(self, entry: CheckpointEntry) -> None:
+        self.last_committed = entry
+        directory = self.store.directory
+        LOG.info("checkpoint committed: %s (%d bytes)", directory / entry.file, entry.size)
+
+    def _commit_in_thread(self, state: dict[str, Any], epochs: int, step: int) -> None:
+        try:
+            self._committed(self.store.commit(state, epochs, step))
+        except BaseException as error:
+            self._error = error

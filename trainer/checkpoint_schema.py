@@ -1,0 +1,124 @@
+"""What a checkpoint file holds: the one place its keys are spelled.
+
+A checkpoint is a plain dictionary on disk (``torch.save``), so that the tutorial's own
+``torch.load(path)["MODEL_STATE"]`` keeps working, also with ``weights_only=True``. Everything
+in the trainer, the inspection command, the bench and the tests builds and reads it through
+:class:`TrainingCheckpoint`, so a key can neither be misspelled nor written without being read.
+
+Compatibility: files written by earlier trainers load unchanged (same keys, same
+:data:`FORMAT_VERSION`). Those carry a ``DATA_STATE`` entry (seed, epoch, step, steps per
+epoch) that this trainer ignores and no longer writes: the data order is a pure function of
+(seed, epoch, rank, world size) (see ``trainer.data``), the seed is guarded by
+``CONFIG_FINGERPRINT``, the world size by ``WORLD_SIZE``, the epoch by ``EPOCHS_RUN`` and the
+step in the epoch by the manifest, so it could only ever repeat them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Bumped only when a reader of this version could misread a newer file; readers refuse newer.
+FORMAT_VERSION = 1
+
+# The keys of the dictionary on disk. MODEL_STATE and EPOCHS_RUN are the tutorial's.
+FORMAT_VERSION_KEY = "FORMAT_VERSION"
+MODEL_STATE = "MODEL_STATE"
+EPOCHS_RUN = "EPOCHS_RUN"
+OPTIMIZER_STATE = "OPTIMIZER_STATE"
+SCHEDULER_STATE = "SCHEDULER_STATE"
+PER_RANK = "PER_RANK"
+WORLD_SIZE = "WORLD_SIZE"
+CONFIG = "CONFIG"
+CONFIG_FINGERPRINT = "CONFIG_FINGERPRINT"
+ORIGIN = "ORIGIN"
+# Written by earlier trainers, ignored when read (see the module docstring).
+LEGACY_DATA_STATE = "DATA_STATE"
+# What a file needs to be resumed, warm-started from or inspected; the rest may be absent in
+# files written by other tools (the bench, the tests) and then reads as empty.
+REQUIRED_KEYS = (FORMAT_VERSION_KEY, MODEL_STATE, EPOCHS_RUN, WORLD_SIZE, CONFIG_FINGERPRINT)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory or file cannot be used."""
+
+
+@dataclass(frozen=True)
+class RankState:
+    """One rank's part of a checkpoint. Gathered to rank 0 (only rank 0 writes), stored as a
+    list indexed by rank, so a restart with the same world size gives every rank back its own
+    RNG streams and its partial epoch loss."""
+
+    rng: Mapping[str, Any]
+    loss_sum: float
+    samples: int
+
+    def to_state(self) -> dict[str, Any]:
+        return {"rng": dict(self.rng), "loss_sum": self.loss_sum, "samples": self.samples}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> RankState:
+        return cls(state["rng"], float(state["loss_sum"]), int(state["samples"]))
+
+
+@dataclass(frozen=True)
+class TrainingCheckpoint:
+    """A checkpoint as the trainer sees it. ``per_rank`` holds :meth:`RankState.to_state`
+    dictionaries (what ``all_gather_object`` returned), indexed by rank."""
+
+    model_state: Mapping[str, Any]
+    epochs_run: int
+    world_size: int
+    config_fingerprint: str
+    optimizer_state: Mapping[str, Any] | None = None
+    scheduler_state: Mapping[str, Any] | None = None
+    per_rank: Sequence[Any] = field(default_factory=list)
+    config: Mapping[str, Any] | None = None
+    origin: Mapping[str, Any] | None = None
+    format_version: int = FORMAT_VERSION
+
+    def to_state(self) -> dict[str, Any]:
+        """The dictionary ``torch.save`` writes; no tensor is copied."""
+        return {
+            FORMAT_VERSION_KEY: self.format_version,
+            MODEL_STATE: self.model_state,
+            EPOCHS_RUN: self.epochs_run,
+            OPTIMIZER_STATE: self.optimizer_state,
+            SCHEDULER_STATE: self.scheduler_state,
+            PER_RANK: list(self.per_rank),
+            WORLD_SIZE: self.world_size,
+            CONFIG: self.config,
+            CONFIG_FINGERPRINT: self.config_fingerprint,
+            ORIGIN: self.origin,
+        }
+
+    @classmethod
+    def from_state(cls, state: Any, source: str = "checkpoint") -> TrainingCheckpoint:
+        """Read a loaded dictionary, refusing what this trainer cannot use. ``source`` names
+        the file in the error (CheckpointError), so the caller need not rephrase it."""
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{source} does not hold a checkpoint dictionary")
+        missing = [key for key in REQUIRED_KEYS if key not in state]
+        if missing:
+            raise CheckpointError(f"{source} lacks {', '.join(missing)}")
+        version = int(state[FORMAT_VERSION_KEY])
+        if version > FORMAT_VERSION:
+            raise CheckpointError(
+                f"{source} has format version {version}, this trainer reads up to {FORMAT_VERSION}"
+            )
+        return cls(
+            model_state=state[MODEL_STATE],
+            epochs_run=int(state[EPOCHS_RUN]),
+            world_size=int(state[WORLD_SIZE]),
+            config_fingerprint=str(state[CONFIG_FINGERPRINT]),
+            optimizer_state=state.get(OPTIMIZER_STATE),
+            scheduler_state=state.get(SCHEDULER_STATE),
+            per_rank=state.get(PER_RANK) or [],
+            config=state.get(CONFIG),
+            origin=state.get(ORIGIN),
+            format_version=version,
+        )
+
+    def rank_state(self, rank: int) -> RankState:
+        return RankState.from_state(self.per_rank[rank])
