@@ -18,9 +18,12 @@ CONTAINER_RUNTIME ?= runc
 export CONTAINER_RUNTIME
 
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
+# pytest-xdist workers for `make pytest` / `make test-fast` (auto: one per core). Only these two
+# targets run in parallel; the e2e and container suites share one control plane or podman store.
+PYTEST_WORKERS ?= auto
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: help venv policy-venv test e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy bench clean
+.PHONY: help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy bench clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -57,8 +60,12 @@ check-shell: $(STAMP) ## shellcheck every shell script.
 check-workflows: $(STAMP) ## Validate the GitHub workflows against their JSON schema, offline.
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS)
 
-pytest: $(STAMP) ## Run the test suite (all but the real-engine and container suites).
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --ignore=tests/e2e
+pytest: $(STAMP) ## Run the test suite (all but the real-engine and container suites), in parallel.
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --ignore=tests/e2e -n $(PYTEST_WORKERS) --dist worksteal
+
+test-fast: $(STAMP) ## pytest without the `slow` tests (real torchrun, runner, supervisor runs).
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest --ignore=tests/e2e -m 'not slow and not container' \
+	    -n $(PYTEST_WORKERS) --dist worksteal
 
 e2e-tools: ## Build (or find cached) the Pulumi CLI, providers and control plane for `make e2e`.
 	scripts/e2e-tools.sh

@@ -16,6 +16,19 @@ if TYPE_CHECKING:
     from tests.pulumi_harness import ProgramResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Fixtures that start real processes (the shared 2-rank reference run, the supervisor over
+# stand-in replicas): every test that uses one is `slow`.
+PROCESS_FIXTURES = frozenset({"reference_run", "make_job"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects, so `-m "not slow"` sees the mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark by fixture, so a new test on the reference run or the supervisor lands in the slow
+    set without anyone remembering to mark it; tests that start processes themselves carry
+    `@pytest.mark.slow` by hand."""
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

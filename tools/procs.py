@@ -1,10 +1,13 @@
-"""Process-tree bookkeeping on Linux through /proc: find, signal and reap what a replica started.
+"""Process-tree bookkeeping: find, signal and reap what a replica started (psutil underneath).
 
 A replica stands in for a pod, whose containers' processes all die with the pod. Locally no
 single handle covers them: the replica runs in its own session, but torchrun starts each trainer
 process in a new session of its own (`start_new_session=True` in torch.distributed.elastic), and
 a killed parent's children are re-parented. What every descendant does keep is its environment,
 so each replica carries a unique tag variable and `tagged` finds all its processes by it.
+
+This is the one place that walks the process table: the supervisor, the local runner and the
+tests that look for survivors all ask here, so "alive" means the same thing to each of them.
 """
 
 from __future__ import annotations
@@ -14,76 +17,57 @@ import ctypes
 import os
 import signal
 from collections.abc import Iterable
-from pathlib import Path
 
-_PROC = Path("/proc")
+import psutil
+
 _PR_SET_CHILD_SUBREAPER = 36
+# A zombie has exited and only waits to be reaped: nothing is left to signal or to wait for.
+_EXITED = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _running(process: psutil.Process) -> bool:
     try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name may contain spaces and parentheses: parse after its closing paren.
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def _all_pids() -> list[int]:
-    return [int(entry.name) for entry in _PROC.iterdir() if entry.name.isdigit()]
-
-
-def process_state(pid: int) -> str | None:
-    """The /proc state letter (R, S, Z, ...), None when the pid does not exist."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
+        return process.status() not in _EXITED
+    except psutil.Error:  # gone, or not ours to inspect: either way nothing we can act on
+        return False
 
 
 def is_alive(pid: int) -> bool:
     """True for a process that still runs; a zombie has exited and only waits to be reaped."""
-    state = process_state(pid)
-    return state is not None and state not in {"Z", "X"}
+    try:
+        return _running(psutil.Process(pid))
+    except psutil.Error:
+        return False
 
 
 def session_members(session_id: int) -> list[int]:
-    """Live processes whose session is `session_id`."""
+    """Live processes whose session is `session_id` (psutil has no session id; getsid does)."""
     members = []
-    for pid in _all_pids():
-        fields = _stat_fields(pid)
-        if fields and int(fields[3]) == session_id and fields[0] not in {"Z", "X"}:
-            members.append(pid)
+    for process in psutil.process_iter():
+        with contextlib.suppress(OSError):
+            if os.getsid(process.pid) == session_id and _running(process):
+                members.append(process.pid)
     return members
 
 
 def tagged(name: str, value: str) -> list[int]:
     """Live processes whose environment has `name=value` (inherited by every descendant that
     does not clear its environment). Processes we may not inspect are skipped."""
-    needle = f"{name}={value}".encode()
     found = []
-    for pid in _all_pids():
-        try:
-            environ = (_PROC / str(pid) / "environ").read_bytes()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if needle in environ.split(b"\0") and is_alive(pid):
-            found.append(pid)
+    for process in psutil.process_iter(["environ"]):
+        environ = process.info["environ"]  # None when access is denied or the process is gone
+        if environ is not None and environ.get(name) == value and _running(process):
+            found.append(process.pid)
     return found
 
 
 def descendants(root: int) -> list[int]:
-    """Live descendants of `root` (children, grandchildren, ...)."""
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        fields = _stat_fields(pid)
-        if fields and fields[0] not in {"Z", "X"}:
-            children.setdefault(int(fields[1]), []).append(pid)
-    found: list[int] = []
-    stack = list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
+    """Live descendants of `root` (children, grandchildren, ...); none once `root` is gone."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [child.pid for child in children if _running(child)]
 
 
 def signal_pids(pids: Iterable[int], sig: signal.Signals) -> None:
@@ -109,13 +93,11 @@ def become_subreaper() -> bool:
 
 
 def reap_adopted(skip: Iterable[int]) -> None:
-    """Collect exited orphans we adopted as subreaper, leaving `skip` (Popen's own children)."""
+    """Collect exited orphans we adopted as subreaper, leaving `skip` (Popen's own children,
+    whose exit status Popen itself must collect)."""
     skipped = set(skip)
-    me = os.getpid()
-    for pid in _all_pids():
-        if pid in skipped:
+    for child in psutil.Process().children():
+        if child.pid in skipped or _running(child):
             continue
-        fields = _stat_fields(pid)
-        if fields and fields[0] == "Z" and int(fields[1]) == me:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child.pid, os.WNOHANG)

@@ -2,11 +2,16 @@
 
 The operator accepts the object (it is a CustomResource, so the API server validates little) and
 only then fails it, after GPUs may already have been reserved for the pods. Checking here keeps a
-broken job out of the cluster.
+broken job out of the cluster. What the CRD's schema rejects at apply time (a non-string
+`nprocPerNode`) is checked too, since by then the stack's other resources already exist.
+
+`admission_violations` is the one statement of these rules: the pack applies it to what the
+engine registers, and the manifest tests apply it to what the builders produce.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -16,6 +21,7 @@ from .model import (
     as_list,
     dig,
     is_unknown,
+    metadata_name,
     pod_spec_path,
     replica_count,
     replica_specs,
@@ -23,15 +29,26 @@ from .model import (
 
 CONTAINER_NAME: Final = "pytorch"
 RESTART_POLICIES: Final = ("Always", "OnFailure", "Never", "ExitCode")
+# The operator's webhook: the job name becomes the prefix of its pods' Service names.
+_DNS1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+_LABEL_MAX: Final = 63
 
 
 def pytorchjob_operator_shape(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if resource_type != PYTORCHJOB_TYPE:
         return []
-    specs = replica_specs(props)
+    return admission_violations(props)
+
+
+def admission_violations(job: Mapping[str, Any]) -> list[str]:
+    """Why the operator (or the CRD's schema) would refuse this PyTorchJob; empty when admitted.
+
+    Values unknown during preview are skipped, so a plain manifest is checked in full."""
+    messages = _job_messages(job)
+    specs = replica_specs(job)
     if not specs:
-        return ["spec.pytorchReplicaSpecs is missing: the job starts no pods"]
-    messages = [
+        return [*messages, "spec.pytorchReplicaSpecs is missing: the job starts no pods"]
+    messages += [
         f"spec.pytorchReplicaSpecs.{name} is not a PyTorchJob replica type "
         f"(allowed: {', '.join(REPLICA_TYPES)})"
         for name in specs
@@ -56,6 +73,23 @@ def pytorchjob_operator_shape(resource_type: str, props: Mapping[str, Any]) -> l
             )
     for replica_type in specs:
         messages.extend(_replica_messages(replica_type, specs[replica_type]))
+    return messages
+
+
+def _job_messages(job: Mapping[str, Any]) -> list[str]:
+    messages: list[str] = []
+    name = metadata_name(job)
+    if isinstance(name, str) and (len(name) > _LABEL_MAX or not _DNS1035_LABEL.match(name)):
+        messages.append(
+            f"metadata.name {name!r} is not a DNS-1035 label (lowercase letters, digits and '-', "
+            f"starting with a letter, at most {_LABEL_MAX} characters)"
+        )
+    nproc = dig(job, "spec", "nprocPerNode")
+    if nproc is not None and not is_unknown(nproc) and not isinstance(nproc, str):
+        messages.append(
+            f"spec.nprocPerNode is {nproc!r}, not a string; the PyTorchJob schema takes "
+            "a string such as '8' or 'auto'"
+        )
     return messages
 
 

@@ -132,8 +132,8 @@ def build_policies() -> list[Policy]:
         ),
         resource_policy(
             "pytorchjob-operator-shape",
-            "A PyTorchJob has only Master and Worker replicas, exactly one Master, and a "
-            "container named 'pytorch' in each.",
+            "A PyTorchJob has only Master and Worker replicas, exactly one Master, a "
+            "container named 'pytorch' in each, a DNS-1035 name and a string nprocPerNode.",
             _ignore_config(operator.pytorchjob_operator_shape),
             mandatory,
         ),

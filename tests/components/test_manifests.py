@@ -27,8 +27,9 @@ from components.manifests import (
     wait_annotations,
 )
 from components.settings import StackSettings, load_stack_file, parse_settings
+from policy.rules.operator import admission_violations
 from tests.components import RUNNING_OR_SUCCEEDED
-from tests.components.k8s_rules import pytorchjob_violations, validate_manifest
+from tests.components.k8s_rules import validate_manifest
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
 
@@ -322,9 +323,11 @@ def test_schema_check_catches_mistakes() -> None:
     container(renamed)["name"] = "trainer"
     replicas(renamed)["Master"]["replicas"] = 2
     replicas(renamed)["Launcher"] = replicas(renamed)["Worker"]
-    problems = pytorchjob_violations(renamed)
-    assert any("named pytorch" in problem for problem in problems)
-    assert any("Master replicas must be 1" in problem for problem in problems)
+    problems = admission_violations(renamed)
+    assert any("no container named 'pytorch'" in problem for problem in problems)
+    assert any(
+        "Master.replicas is 2; the operator requires exactly 1" in problem for problem in problems
+    )
     assert any("Launcher" in problem for problem in problems)
     claim = checkpoint_claim_manifest(settings)
     claim["spec"]["accessMode"] = "ReadWriteMany"

@@ -1,6 +1,8 @@
-"""pytorchjob-operator-shape: the training operator's rules for replica types and containers."""
+"""pytorchjob-operator-shape: the training operator's rules for name, replicas and containers."""
 
 from __future__ import annotations
+
+import pytest
 
 from policy.rules.model import PVC_TYPE, PYTORCHJOB_TYPE, UNKNOWN
 from policy.rules.operator import pytorchjob_operator_shape
@@ -79,6 +81,38 @@ def test_missing_replica_specs_fire() -> None:
     job = samples.pytorchjob()
     del job["spec"]["pytorchReplicaSpecs"]
     assert check(job) == ["spec.pytorchReplicaSpecs is missing: the job starts no pods"]
+
+
+@pytest.mark.parametrize("name", ["DDP", "1-ddp", "ddp-", "ddp.job", "d" * 64, ""])
+def test_a_name_that_is_not_a_dns_1035_label_fires(name: str) -> None:
+    job = samples.pytorchjob()
+    job["metadata"]["name"] = name
+    assert check(job) == [
+        f"metadata.name {name!r} is not a DNS-1035 label (lowercase letters, digits and '-', "
+        "starting with a letter, at most 63 characters)"
+    ]
+
+
+def test_a_63_character_name_passes() -> None:
+    job = samples.pytorchjob()
+    job["metadata"]["name"] = "d" * 63
+    assert check(job) == []
+
+
+def test_a_numeric_nproc_per_node_fires() -> None:
+    job = samples.pytorchjob()
+    job["spec"]["nprocPerNode"] = 1
+    assert check(job) == [
+        "spec.nprocPerNode is 1, not a string; the PyTorchJob schema takes a string such as "
+        "'8' or 'auto'"
+    ]
+
+
+def test_an_unknown_name_or_nproc_per_node_does_not_fire() -> None:
+    job = samples.pytorchjob()
+    job["metadata"]["name"] = UNKNOWN
+    job["spec"]["nprocPerNode"] = UNKNOWN
+    assert check(job) == []
 
 
 def test_values_unknown_during_preview_do_not_fire() -> None:

@@ -15,17 +15,10 @@ from typing import Any
 
 import pytest
 
+from tools.procs import is_alive
+
 DATA = Path(__file__).resolve().parent / "data"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def process_running(pid: int) -> bool:
-    """True while `pid` exists and has not exited (a zombie has exited: it only awaits reaping)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
 
 
 def recorded_pids(pid_dir: Path) -> list[int]:
@@ -119,7 +112,7 @@ def make_job(tmp_path: Path) -> Iterator[Callable[..., Job]]:
     yield factory
     # A failed test must not leave its stand-ins running for the rest of the session.
     for pid in recorded_pids(tmp_path / "pids"):
-        if process_running(pid):
+        if is_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -18,7 +18,7 @@ import pytest
 from components.manifests import pytorchjob_manifest
 from components.settings import SettingsError, load_stack_file
 from tests.conftest import committed_epochs, wait_for_runner
-from tests.tools.conftest import process_running
+from tools import procs
 from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,37 +43,11 @@ def runner_env(marker: str, **extra: str) -> dict[str, str]:
 
 
 def processes_with_marker(marker: str) -> list[int]:
-    needle = f"{MARKER}={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and process_running(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    return [pid for pid in procs.tagged(MARKER, marker) if pid != os.getpid()]
 
 
 def process_tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    tree, pending = [root], [root]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            tree.append(child)
-            pending.append(child)
-    return tree
+    return [root, *procs.descendants(root)]
 
 
 def inspect_checkpoint(checkpoint_dir: Path) -> dict[str, Any]:
@@ -282,6 +256,7 @@ def test_bad_stack_value_gives_the_programs_settings_error(tmp_path: Path) -> No
 # -- end to end: real multi-process training --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     checkpoint_dir = tmp_path / JOB
@@ -319,6 +294,7 @@ def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path
     assert "epochs completed: 4 of 4" in out
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_job_and_leaves_no_process_behind(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     checkpoint_dir = tmp_path / JOB
@@ -345,6 +321,7 @@ def test_ctrl_c_stops_the_job_and_leaves_no_process_behind(tmp_path: Path) -> No
     assert 1 <= inspect_checkpoint(checkpoint_dir)["epochs_completed"] < 50
 
 
+@pytest.mark.slow
 def test_master_failing_past_the_backoff_limit_fails_the_run(tmp_path: Path) -> None:
     dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
     broken = dev.replace("nodes: 2", "nodes: 1").replace("backoffLimit: 3", "backoffLimit: 1")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.conftest import Job, outcome_of, process_running, recorded_pids
+from tests.tools.conftest import Job, outcome_of, recorded_pids
+from tools.procs import is_alive
 from tools.supervisor import ReplicaCommand, container_exit_code
 
 MASTER = "job-master-0"
@@ -27,7 +28,7 @@ def wait_for(path: Path, timeout: float = 60) -> None:
 def assert_nothing_left(job: Job) -> None:
     pids = recorded_pids(job.pid_dir)
     assert pids, "the stand-in replicas recorded no pids"
-    survivors = [pid for pid in pids if process_running(pid)]
+    survivors = [pid for pid in pids if is_alive(pid)]
     assert survivors == [], f"processes outlived the job: {survivors}"
 
 
@@ -269,7 +270,7 @@ def test_replicas_are_terminated_when_the_supervisor_itself_is_killed(
         runner.kill()  # SIGKILL: the supervisor gets no chance to clean up
         runner.communicate(timeout=60)
         deadline = time.monotonic() + 30
-        while any(process_running(pid) for pid in recorded_pids(job.pid_dir)):
+        while any(is_alive(pid) for pid in recorded_pids(job.pid_dir)):
             assert time.monotonic() < deadline, "replicas outlived their killed supervisor"
             time.sleep(0.1)
     finally:

@@ -4,6 +4,7 @@ checkpoint directories through the trainer's own inspection command."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT, pick_free_port
+from tools import procs
 from trainer.checkpoint import describe
 from trainer.checkpoint_schema import TrainingCheckpoint
 
@@ -102,22 +104,21 @@ class Background:
     def kill_all(self) -> None:
         """SIGKILL torchrun and every worker at once, like a node or pod dying. (torchrun starts
         each worker in its own session, so killing torchrun's process group would not do.)"""
-        pids = _descendants(self.process.pid)
+        pids = procs.descendants(self.process.pid)
         for pid in [self.process.pid, *pids]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
     def worker_of_rank(self, rank: int) -> int:
         """The pid of the trainer process torchrun started for ``rank`` (from its RANK env)."""
-        for pid in _descendants(self.process.pid):
-            with contextlib.suppress(OSError):
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                if f"RANK={rank}".encode() in environ:
-                    return pid
+        workers = set(procs.descendants(self.process.pid))
+        for pid in procs.tagged("RANK", str(rank)):
+            if pid in workers:
+                return pid
         raise AssertionError(f"no worker process with RANK={rank} under torchrun")
 
     def wait(self, timeout: float = TIMEOUT_S) -> Finished:
-        workers = _descendants(self.process.pid)
+        workers = procs.descendants(self.process.pid)
         try:
             code = self.process.wait(timeout=timeout)
         finally:
@@ -126,25 +127,8 @@ class Background:
                 self.process.wait()
             self._handle.close()
         # No orphaned worker may keep writing to the directory while the test goes on.
-        wait_until(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
+        wait_until(lambda: not any(procs.is_alive(pid) for pid in workers), "the workers to exit")
         return Finished(code, self.log.read_text())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
-        with contextlib.suppress(OSError):
-            for child in children.read_text().split():
-                found += [int(child), *_descendants(int(child))]
-    return found
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
@@ -201,8 +185,26 @@ def inspect_cli(directory: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted run; every resume test must end with exactly these weights."""
-    directory = tmp_path_factory.mktemp("reference") / "ckpt"
+    """An uninterrupted run; every resume test must end with exactly these weights.
+
+    Under pytest-xdist the workers share one run, in the session's common temporary directory:
+    the first worker to need it trains it while the others wait on a lock, since a second
+    2-rank run would only compete for the same cores. Tests only read it (or copy it)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return _train_reference(tmp_path_factory.mktemp("reference") / "ckpt")
+    shared = tmp_path_factory.getbasetemp().parent / "reference"
+    shared.mkdir(exist_ok=True)
+    directory, complete = shared / "ckpt", shared / "complete"
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not complete.exists():
+            shutil.rmtree(directory, ignore_errors=True)  # what a failed worker left behind
+            _train_reference(directory)
+            complete.touch()
+    return directory
+
+
+def _train_reference(directory: Path) -> Path:
     finished = run_trainer(reference_args(directory))
     assert finished.returncode == 0, finished.output
     return directory

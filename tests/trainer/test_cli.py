@@ -61,6 +61,7 @@ def test_a_checkpoint_dir_that_is_a_file_is_rejected(
     assert "argument --checkpoint-dir" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_torchrun_with_a_bad_value_fails_before_creating_anything(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"
     finished = run_trainer(["100", "0", "--checkpoint-dir", str(directory)])

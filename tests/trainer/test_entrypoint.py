@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT, pick_free_port
 from tests.trainer.conftest import TIMEOUT_S, TORCHRUN, inspect, trainer_env
 
@@ -34,6 +36,7 @@ def run_entrypoint(args: list[str], env: dict[str, str]) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_trains_with_the_kubeflow_pet_variables(tmp_path: Path) -> None:
     env = {
         "PET_NNODES": "1",
@@ -50,6 +53,7 @@ def test_trains_with_the_kubeflow_pet_variables(tmp_path: Path) -> None:
     assert info["epochs_completed"] == 3 and info["world_size"] == 2
 
 
+@pytest.mark.slow
 def test_falls_back_to_master_addr_and_port(tmp_path: Path) -> None:
     env = {
         "PET_NPROC_PER_NODE": "2",
@@ -63,6 +67,7 @@ def test_falls_back_to_master_addr_and_port(tmp_path: Path) -> None:
     assert inspect(tmp_path)["world_size"] == 2
 
 
+@pytest.mark.slow
 def test_returns_torchruns_exit_code_on_a_bad_argument(tmp_path: Path) -> None:
     env = {"PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": "127.0.0.1"}
     env["PET_MASTER_PORT"] = str(pick_free_port())
@@ -77,6 +82,7 @@ def test_rejects_a_bad_max_restarts_before_launching() -> None:
     assert "--max-restarts must be an integer >= 0, got 'many'" in done.stderr
 
 
+@pytest.mark.slow
 def test_an_old_operators_world_size_and_rank_make_a_two_pod_job(tmp_path: Path) -> None:
     """training-operator <= v1.6 sets WORLD_SIZE = pods and RANK = pod index, no PET_*."""
     common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(pick_free_port()), "WORLD_SIZE": "2"}
@@ -102,6 +108,7 @@ def test_an_old_operators_world_size_and_rank_make_a_two_pod_job(tmp_path: Path)
     assert info["world_size"] == 2 and info["epochs_completed"] == 2
 
 
+@pytest.mark.slow
 def test_without_any_launcher_variables_it_says_it_runs_one_node(tmp_path: Path) -> None:
     done = run_entrypoint(["1", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "16"], {})
     assert done.returncode == 0, done.stdout + done.stderr

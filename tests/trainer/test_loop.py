@@ -235,6 +235,7 @@ def test_warm_start_from_a_corrupt_source_is_a_clear_error(
         _choose(RANK0, config)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_s_traceback_reaches_torchruns_report(tmp_path: Path) -> None:
     args = ["5", "5", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"]
     finished = run_trainer([*args, "--task", "tests.trainer.tasks:failing_on_rank_1"])
