@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,41 @@ def finish(runner: subprocess.Popen[str], marker: str) -> str:
             runner.wait()
     assert processes_with_marker(marker) == [], "processes outlived the run"
     return out
+
+
+@dataclass
+class RunningJob:
+    """A dev-stack run started by `running_past_a_checkpoint`; `out` is set once it is over."""
+
+    runner: subprocess.Popen[str]
+    checkpoint_dir: Path
+    out: str = ""
+
+
+@contextlib.contextmanager
+def running_past_a_checkpoint(tmp_path: Path, run: tuple[str, ...]) -> Iterator[RunningJob]:
+    """The dev stack's job running under `tools.run_local` with its first checkpoint committed;
+    on exit the run is finished (and checked to leave no process behind). The trainer's
+    write-delay hook keeps a tiny run from finishing before the test acts on it."""
+    marker = uuid.uuid4().hex
+    job = RunningJob(
+        start_runner(
+            marker,
+            *("--stack", "dev", "--checkpoint-root", str(tmp_path), *run),
+            TRAINER_CHECKPOINT_WRITE_DELAY="1",
+        ),
+        tmp_path / JOB,
+    )
+    try:
+        wait_for_runner(
+            lambda: committed_epochs(job.checkpoint_dir) >= 1,
+            "a checkpoint exists",
+            job.runner,
+            timeout=180,
+        )
+        yield job
+    finally:
+        job.out = finish(job.runner, marker)
 
 
 def overrides(**values: int | None) -> argparse.Namespace:
@@ -258,29 +295,14 @@ def test_bad_stack_value_gives_the_programs_settings_error(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path: Path) -> None:
-    marker = uuid.uuid4().hex
-    checkpoint_dir = tmp_path / JOB
-    # The trainer's write-delay hook keeps this tiny run from finishing before the kill.
-    runner = start_runner(
-        marker,
-        *("--stack", "dev", "--checkpoint-root", str(tmp_path), *SMALL_RUN),
-        TRAINER_CHECKPOINT_WRITE_DELAY="1",
-    )
-    try:
-        wait_for_runner(
-            lambda: committed_epochs(checkpoint_dir) >= 1,
-            "a checkpoint exists",
-            runner,
-            timeout=180,
-        )
+    with running_past_a_checkpoint(tmp_path, SMALL_RUN) as job:
         pid_file = tmp_path / ".run_local" / f"{WORKER}.pid"
         tree = process_tree(int(pid_file.read_text()))
-        epochs_at_kill = committed_epochs(checkpoint_dir)
+        epochs_at_kill = committed_epochs(job.checkpoint_dir)
         for pid in tree:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    finally:
-        out = finish(runner, marker)
+    runner, out, checkpoint_dir = job.runner, job.out, job.checkpoint_dir
 
     assert epochs_at_kill < 4, f"training finished before the kill; nothing was tested\n{out}"
     assert len(tree) >= 2, f"expected torchrun (exec'd by entrypoint.sh) and a trainer: {tree}"
@@ -296,23 +318,9 @@ def test_killed_worker_is_restarted_and_training_resumes_from_the_claim(tmp_path
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_job_and_leaves_no_process_behind(tmp_path: Path) -> None:
-    marker = uuid.uuid4().hex
-    checkpoint_dir = tmp_path / JOB
-    runner = start_runner(
-        marker,
-        *("--stack", "dev", "--checkpoint-root", str(tmp_path), *LONG_RUN),
-        TRAINER_CHECKPOINT_WRITE_DELAY="1",
-    )
-    try:
-        wait_for_runner(
-            lambda: committed_epochs(checkpoint_dir) >= 1,
-            "a checkpoint exists",
-            runner,
-            timeout=180,
-        )
-        runner.send_signal(signal.SIGINT)
-    finally:
-        out = finish(runner, marker)
+    with running_past_a_checkpoint(tmp_path, LONG_RUN) as job:
+        job.runner.send_signal(signal.SIGINT)
+    runner, out, checkpoint_dir = job.runner, job.out, job.checkpoint_dir
 
     assert runner.returncode == 128 + signal.SIGINT, out
     assert "[run_local] SIGINT received: stopping every replica" in out
