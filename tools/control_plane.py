@@ -492,6 +492,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.control_plane", description=__doc__)
     parser.add_argument("--workdir", type=Path, required=True, help="state, logs, kubeconfig")
     args = parser.parse_args(argv)
+    # Both stop it through the teardown below: a shell starts a background job (`... &`) with
+    # SIGINT ignored, and Python's default for SIGTERM dies without tearing down, leaving etcd,
+    # the API server and the rest running.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.default_int_handler)
     with running(args.workdir) as plane:
         print(f"control plane up: export KUBECONFIG={plane.kubeconfig}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
