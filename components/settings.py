@@ -721,6 +721,13 @@ def readme_with_settings_table(readme: str) -> str:
     return f"{readme[:start]}\n{settings_table_markdown()}{readme[readme.index(TABLE_END) :]}"
 
 
-if __name__ == "__main__":  # python -m components.settings: regenerate README.md's table
+if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m components.settings",
+        description="Regenerate README.md's settings table from the declarations in components/settings.py.",
+    ).parse_args()
     README = REPO_ROOT / "README.md"
     README.write_text(readme_with_settings_table(README.read_text(encoding="utf-8")), "utf-8")
+    print(f"{README}: settings table regenerated")
