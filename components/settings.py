@@ -726,7 +726,8 @@ if __name__ == "__main__":
 
     argparse.ArgumentParser(
         prog="python -m components.settings",
-        description="Regenerate README.md's settings table from the declarations in components/settings.py.",
+        description="Regenerate README.md's settings table from the declarations in "
+        "components/settings.py.",
     ).parse_args()
     README = REPO_ROOT / "README.md"
     README.write_text(readme_with_settings_table(README.read_text(encoding="utf-8")), "utf-8")
