@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import time
@@ -50,11 +49,14 @@ def free_port() -> int:
 
 def committed_epochs(checkpoint_dir: Path) -> int:
     """Epochs of the newest committed checkpoint, from the trainer's manifest (0 if none)."""
+    # Imported here: the policy and program tests share this module and never need torch.
+    from trainer.checkpoint import CheckpointError, read_manifest
+
     try:
-        manifest = json.loads((checkpoint_dir / "manifest.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        entries = read_manifest(checkpoint_dir)
+    except CheckpointError:
         return 0
-    return max((entry["epochs_completed"] for entry in manifest["checkpoints"]), default=0)
+    return max((entry.epochs_completed for entry in entries), default=0)
 
 
 def wait_for_runner(

@@ -22,7 +22,7 @@ import torch
 
 from tests.conftest import REPO_ROOT, pick_free_port
 from tools import procs
-from trainer.checkpoint import describe
+from trainer.checkpoint import CheckpointError, describe, read_manifest
 from trainer.checkpoint_schema import TrainingCheckpoint
 
 PYTHON = sys.executable
@@ -141,12 +141,11 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOU
 
 
 def manifest_epochs(directory: Path) -> list[tuple[int, int]]:
-    path = directory / "manifest.json"
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError):
+        entries = read_manifest(directory)
+    except CheckpointError:
         return []
-    return [(item["epochs_completed"], item["step_in_epoch"]) for item in raw["checkpoints"]]
+    return [(entry.epochs_completed, entry.step_in_epoch) for entry in entries]
 
 
 def fake_state(value: float, epochs: int) -> dict[str, Any]:
