@@ -9,7 +9,8 @@
    and data order, so both must end with bitwise-equal weights (printed as a check).
 2. Checkpoint stall: loop time lost per checkpoint (save() blocking plus steps slowed by the
    writer sharing the cores), first save included, for a 32 KB and a 512 MB state: ours vs a
-   synchronous save.
+   synchronous save, over 3 fresh writers of 6 saves each; then the same measurement of a
+   stall of known length, which shows the estimator's own bias.
 3. Resume: time from a committed 1 GB checkpoint to a model ready for its first step, ours
    (verify + load + restore) vs reading the file and ``torch.load`` once.
 
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -209,6 +212,10 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
 
 
 CONTROL_STEPS = 2000
+# How often the measuring loop asks whether the write is done: each ask is a syscall
+# (about 4 us here), which the trainer does not pay, as it never asks.
+POLL_EVERY_STEPS = 32
+ESTIMATOR_CHECK_S = 0.05
 
 
 def timed_steps(model: nn.Module, optimizer: torch.optim.Optimizer, count: int) -> float:
@@ -218,79 +225,143 @@ def timed_steps(model: nn.Module, optimizer: torch.optim.Optimizer, count: int) 
     return time.perf_counter() - started
 
 
-def checkpoint_stall(nbytes: int, repeats: int) -> dict[str, Any]:
-    """Seconds the training loop loses per checkpoint, first save included. For ours: the time
-    ``save`` blocks plus the slowdown of the steps that run while a write is in flight."""
-    model = nn.Linear(20, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    # Half weights, half an optimizer slot (SGD momentum) that, as in a real optimizer, only
-    # exists after the first step: the trainer calls prepare() before training and again
-    # after its first step, so the first save finds its whole staging buffer allocated.
+@dataclass(frozen=True)
+class Bracketed:
+    """One save measured inside the training loop."""
+
+    lost_s: float  # wall time beyond what the steps taken would have cost with no save
+    blocking_s: float  # of which save() itself
+    noise_s: float  # how far the two control windows disagree, scaled to the steps taken
+
+
+def bracketed_save(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    save: Callable[[], None],
+    in_flight: Callable[[], bool],
+) -> Bracketed:
+    """Loop time lost to one save, counting the steps slowed while a write is in flight.
+
+    A step's cost drifts by tens of percent within seconds on a shared VM, so the save is
+    bracketed by control windows of the same loop with nothing in flight, and the steps taken
+    during the write are charged at their mean rate. The estimate is not clamped at the time
+    ``save`` blocks: the noise is symmetric, so clamping would bias every mean upwards."""
+    before = timed_steps(model, optimizer, CONTROL_STEPS)
+    started = time.perf_counter()
+    save()
+    blocking = time.perf_counter() - started
+    steps = 0
+    while in_flight():  # a poll is a syscall; the trainer itself never polls
+        for _ in range(POLL_EVERY_STEPS):
+            training_step(model, optimizer)
+        steps += POLL_EVERY_STEPS
+    elapsed = time.perf_counter() - started
+    after = timed_steps(model, optimizer, CONTROL_STEPS)
+    per_step = (before + after) / (2 * CONTROL_STEPS)
+    return Bracketed(
+        lost_s=elapsed - steps * per_step,
+        blocking_s=blocking,
+        noise_s=abs(before - after) / CONTROL_STEPS * steps,
+    )
+
+
+def stall_state(nbytes: int) -> dict[str, Any]:
+    """Half weights, half an optimizer slot (SGD momentum) that, as in a real optimizer, only
+    exists after the first step; :func:`stall_round` adds it then."""
     half = max(nbytes // 8, 1)  # float32 elements in half the state
-    state = TrainingCheckpoint(
+    return TrainingCheckpoint(
         model_state={"weights": torch.randn(half)},
         epochs_run=1,
         world_size=1,
         config_fingerprint="bench",
         optimizer_state={"state": {}, "param_groups": [{"params": [0]}]},
     ).to_state()
-    sync_stalls, lost, blocking, modes, noise = [], [], [], [], []
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as scratch:
-        directory = Path(scratch)
-        sync = CheckpointWriter(CheckpointStore(directory / "sync", keep=2), background=False)
-        ours = CheckpointWriter(CheckpointStore(directory / "ours", keep=2))
-        sync.store.directory.mkdir()
-        ours.store.directory.mkdir()
-        started = time.perf_counter()
-        ours.prepare(state)  # what the trainer does before its first step
-        prepare_s = time.perf_counter() - started
-        training_step(model, optimizer)
-        state[OPTIMIZER_STATE]["state"] = {0: {"momentum_buffer": torch.randn(half)}}
-        started = time.perf_counter()
-        ours.prepare(state)  # ... and after it, for the optimizer's lazy slots
-        prepare_s += time.perf_counter() - started
-        # The trainer trains for a while before its first save; give the writer that time.
-        deadline = time.perf_counter() + 5.0
-        while ours.writer_started and not ours.writer_ready() and time.perf_counter() < deadline:
-            training_step(model, optimizer)
-        for repeat in range(repeats):
-            started = time.perf_counter()
-            sync.save(state, epochs_completed=repeat + 1, step_in_epoch=0)
-            sync_stalls.append(time.perf_counter() - started)
 
-            # A step's cost drifts by tens of percent within seconds on a shared VM, so each
-            # save is bracketed by control windows of the same loop without a write in flight,
-            # and the steps taken during the write are charged at their mean rate.
-            before = timed_steps(model, optimizer, CONTROL_STEPS)
-            started = time.perf_counter()
-            ours.save(state, epochs_completed=repeat + 1, step_in_epoch=0)
-            blocking.append(time.perf_counter() - started)
-            modes.append(ours.last_mode or "?")
-            steps = 0
-            while ours.in_flight():
-                training_step(model, optimizer)
-                steps += 1
-            elapsed = time.perf_counter() - started
-            ours.wait()
-            after = timed_steps(model, optimizer, CONTROL_STEPS)
-            per_step = (before + after) / (2 * CONTROL_STEPS)
-            lost.append(max(elapsed - steps * per_step, blocking[-1]))
-            # How far the two control windows disagree, scaled to this write's steps: the
-            # measurement's own uncertainty for this save.
-            noise.append(abs(before - after) / CONTROL_STEPS * steps)
-        ours.close()
+
+def stall_round(nbytes: int, repeats: int, directory: Path) -> dict[str, Any]:
+    """``repeats`` saves by a fresh writer, as a run makes them (first save included), each
+    paired with a synchronous save of the same state."""
+    model = nn.Linear(20, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    state = stall_state(nbytes)
+    sync = CheckpointWriter(CheckpointStore(directory / "sync", keep=2), background=False)
+    ours = CheckpointWriter(CheckpointStore(directory / "ours", keep=2))
+    sync.store.directory.mkdir()
+    ours.store.directory.mkdir()
+    # The trainer calls prepare() before training and again after its first step, when the
+    # optimizer has created its lazy slots, so the first save finds its staging buffer whole.
+    started = time.perf_counter()
+    ours.prepare(state)
+    prepare_s = time.perf_counter() - started
+    training_step(model, optimizer)
+    state[OPTIMIZER_STATE]["state"] = {0: {"momentum_buffer": torch.randn(max(nbytes // 8, 1))}}
+    started = time.perf_counter()
+    ours.prepare(state)
+    prepare_s += time.perf_counter() - started
+    # The trainer trains for a while before its first save; give the writer that time.
+    deadline = time.perf_counter() + 5.0
+    while ours.writer_started and not ours.writer_ready() and time.perf_counter() < deadline:
+        training_step(model, optimizer)
+    sync_s, saves, modes = [], [], set()
+    for repeat in range(repeats):
+        started = time.perf_counter()
+        sync.save(state, epochs_completed=repeat + 1, step_in_epoch=0)
+        sync_s.append(time.perf_counter() - started)
+
+        def save(epochs: int = repeat + 1) -> None:
+            ours.save(state, epochs_completed=epochs, step_in_epoch=0)
+
+        saves.append(bracketed_save(model, optimizer, save, ours.in_flight))
+        ours.wait()
+        modes.add(ours.last_mode or "?")
+    ours.close()
+    return {"sync_s": sync_s, "saves": saves, "prepare_s": prepare_s, "modes": modes}
+
+
+def checkpoint_stall(nbytes: int, repeats: int, rounds: int) -> dict[str, Any]:
+    """Seconds the training loop loses per checkpoint, over ``rounds`` fresh writers of
+    ``repeats`` saves each; the first save of each round is reported on its own too."""
+    results = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as scratch:
+            results.append(stall_round(nbytes, repeats, Path(scratch)))
+    saves = [save for result in results for save in result["saves"]]
+    lost = [save.lost_s for save in saves]
     return {
         "bytes": nbytes,
-        "sync_s": statistics.mean(sync_stalls),
-        "prepare_s": prepare_s,
-        "first_lost_s": lost[0],
+        "sync_s": statistics.mean(value for result in results for value in result["sync_s"]),
+        "prepare_s": statistics.mean(result["prepare_s"] for result in results),
+        "first_lost_s": statistics.median(result["saves"][0].lost_s for result in results),
         "lost_s": statistics.mean(lost),
         "median_lost_s": statistics.median(lost),
         "max_lost_s": max(lost),
-        "blocking_s": statistics.mean(blocking),
-        "noise_s": statistics.median(noise),
-        "modes": ",".join(sorted(set(modes))),
+        "blocking_s": statistics.mean(save.blocking_s for save in saves),
+        "noise_s": statistics.median(save.noise_s for save in saves),
+        "modes": ",".join(sorted(set().union(*(result["modes"] for result in results)))),
     }
+
+
+def estimator_check(stall_s: float, in_flight_s: float, repeats: int) -> float:
+    """What :func:`bracketed_save` reports, mean of ``repeats``, for a save whose cost is known
+    exactly: the loop spins ``stall_s`` and then trains on for ``in_flight_s`` with nothing
+    running beside it. The difference from ``stall_s`` is the measurement's own bias."""
+    model = nn.Linear(20, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    until = 0.0
+
+    def save() -> None:
+        nonlocal until
+        started = time.perf_counter()
+        while time.perf_counter() - started < stall_s:
+            pass
+        until = time.perf_counter() + in_flight_s
+
+    def in_flight() -> bool:
+        return time.perf_counter() < until
+
+    return statistics.mean(
+        bracketed_save(model, optimizer, save, in_flight).lost_s for _ in range(repeats)
+    )
 
 
 def end_to_end(rounds: int) -> dict[str, float]:
@@ -355,13 +426,23 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=5, help="alternating runs of each")
     parser.add_argument("--checkpoint-mb", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=6, help="saves per writer")
+    parser.add_argument(
+        "--stall-rounds", type=int, default=3, help="fresh writers per checkpoint size"
+    )
     parser.add_argument("--resume-mb", type=int, default=1024, help="0 skips the resume row")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="0 skips the end-to-end row")
     args = parser.parse_args()
     # Steady state leaves out the first epoch (warm-up), so one epoch leaves nothing; the
     # medians and means need one round and one save at least; the rows that 0 skips, not < 0.
-    minimums = {"epochs": 2, "rounds": 1, "repeats": 1, "resume_mb": 0, "e2e_rounds": 0}
+    minimums = {
+        "epochs": 2,
+        "rounds": 1,
+        "repeats": 1,
+        "stall_rounds": 1,
+        "resume_mb": 0,
+        "e2e_rounds": 0,
+    }
     for name, minimum in minimums.items():
         if getattr(args, name) < minimum:
             flag = "--" + name.replace("_", "-")
@@ -403,22 +484,33 @@ def main() -> int:
     )
 
     for nbytes in (32 << 10, args.checkpoint_mb << 20):
-        stall = checkpoint_stall(nbytes, args.repeats)
+        stall = checkpoint_stall(nbytes, args.repeats, args.stall_rounds)
         size = f"{nbytes >> 10} KB" if nbytes < 1 << 20 else f"{nbytes >> 20} MB"
-        print(f"\ncheckpoint stall, {size} state, {args.repeats} saves ({stall['modes']}):")
+        print(
+            f"\ncheckpoint stall, {size} state, {args.stall_rounds} fresh writers x "
+            f"{args.repeats} saves ({stall['modes']}):"
+        )
         print(f"{'  synchronous save, loop waits (mean)':50}{stall['sync_s']:>9.4f} s")
         print(f"{'  ours, staging setup (once, before 1st save)':50}{stall['prepare_s']:>9.4f} s")
-        print(f"{'  ours, loop time lost, first save':50}{stall['first_lost_s']:>9.4f} s")
+        print(f"{'  ours, loop time lost, first save (median)':50}{stall['first_lost_s']:>9.4f} s")
         print(
             f"{'  ours, loop time lost (mean / median / max)':50}{stall['lost_s']:>9.4f} s"
             f" / {stall['median_lost_s']:.4f} s / {stall['max_lost_s']:.4f} s"
         )
         print(f"{'  control windows disagree by (median, per save)':50}{stall['noise_s']:>9.4f} s")
         print(f"{'  ours, save() blocks (mean)':50}{stall['blocking_s']:>9.4f} s")
-        median = stall["median_lost_s"] / stall["sync_s"]
-        worst = max(stall["first_lost_s"], stall["max_lost_s"]) / stall["sync_s"]
-        print(f"{'  median loop time lost / synchronous save':50}{median:>9.1%}")
-        print(f"{'  worst loop time lost / synchronous save':50}{worst:>9.1%}")
+        for label, key in (("mean", "lost_s"), ("first save", "first_lost_s")):
+            ratio = stall[key] / stall["sync_s"]
+            print(f"{'  loop time lost / synchronous save, ' + label:50}{ratio:>9.1%}")
+        print(
+            f"{'  worst single save / synchronous save':50}"
+            f"{stall['max_lost_s'] / stall['sync_s']:>9.1%}"
+        )
+    measured = estimator_check(ESTIMATOR_CHECK_S, 0.8, args.repeats)
+    print(
+        f"\nestimator check: a save known to cost {ESTIMATOR_CHECK_S * 1e3:.0f} ms measures"
+        f" {measured * 1e3:.0f} ms (mean of {args.repeats})"
+    )
 
     if args.resume_mb:
         timing = resume(args.resume_mb << 20)

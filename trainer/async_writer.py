@@ -15,8 +15,9 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.multiprocessing
@@ -28,17 +29,29 @@ from trainer.checkpoint import CheckpointEntry, CheckpointError, CheckpointStore
 # longer than INLINE_BUDGET_S, measured.
 BACKGROUND_MIN_BYTES = 64 << 20
 INLINE_BUDGET_S = 0.25
+# Staging copies are split into pieces of this size for the copy threads, at most
+# STAGING_THREADS of them (fewer where this process may use fewer cores).
+STAGING_PIECE_BYTES = 32 << 20
+STAGING_THREADS = 4
 
 LOG = logging.getLogger("trainer")
 
 
-def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
+def copy_to_cpu(
+    value: Any,
+    reuse: Any = None,
+    *,
+    shared: bool = False,
+    deferred: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> Any:
     """A private CPU copy, so training can keep mutating its tensors while a thread writes.
 
     ``reuse`` is the previous copy (already committed): tensors of the same shape and dtype are
     copied into it instead of freshly allocated, which avoids page-faulting a large new buffer
     on every checkpoint and keeps the training loop's stall to a memcpy. ``shared`` allocates
-    new buffers in shared memory, so a writer process can read them without another copy."""
+    new buffers in shared memory, so a writer process can read them without another copy.
+    ``deferred``: copies into reused buffers are appended there (destination, source) instead
+    of run, so the caller can run them in parallel (:func:`copy_in_parallel`)."""
     if isinstance(value, torch.Tensor):
         source = value.detach()
         if (
@@ -47,22 +60,55 @@ def copy_to_cpu(value: Any, reuse: Any = None, *, shared: bool = False) -> Any:
             and reuse.dtype == source.dtype
             and reuse.device.type == "cpu"
         ):
-            return reuse.copy_(source)
+            if deferred is None:
+                return reuse.copy_(source)
+            deferred.append((reuse, source))
+            return reuse
         if not shared:
             return source.to("cpu", copy=True)
         return _shared_empty(source).copy_(source)
     if isinstance(value, dict):
         old = reuse if isinstance(reuse, dict) else {}
-        return {key: copy_to_cpu(item, old.get(key), shared=shared) for key, item in value.items()}
+        return {
+            key: copy_to_cpu(item, old.get(key), shared=shared, deferred=deferred)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         old_items = list(reuse) if isinstance(reuse, list | tuple) else []
         old_items += [None] * (len(value) - len(old_items))
         copied = [
-            copy_to_cpu(item, old, shared=shared)
+            copy_to_cpu(item, old, shared=shared, deferred=deferred)
             for item, old in zip(value, old_items, strict=False)
         ]
         return copied if isinstance(value, list) else tuple(copied)
     return value
+
+
+def copy_in_parallel(
+    copies: list[tuple[torch.Tensor, torch.Tensor]], pool: ThreadPoolExecutor | None
+) -> None:
+    """Run (destination, source) copies, large ones split into pieces spread over ``pool``'s
+    threads (``Tensor.copy_`` releases the GIL). One core's memcpy does not saturate memory
+    bandwidth, and while rank 0 stages, the other ranks wait for it in their next collective,
+    so the cores this uses are idle anyway."""
+    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for destination, source in copies:
+        if pool is None or not (destination.is_contiguous() and source.is_contiguous()):
+            pieces.append((destination, source))
+            continue
+        flat_destination, flat_source = destination.view(-1), source.view(-1)
+        step = max(STAGING_PIECE_BYTES // destination.element_size(), 1)
+        for start in range(0, destination.numel(), step):
+            length = min(step, destination.numel() - start)
+            pieces.append(
+                (flat_destination.narrow(0, start, length), flat_source.narrow(0, start, length))
+            )
+    if pool is None or len(pieces) < 2:
+        for destination, source in pieces:
+            destination.copy_(source)
+        return
+    for _ in pool.map(lambda piece: piece[0].copy_(piece[1]), pieces):
+        pass
 
 
 def _shared_empty(like: torch.Tensor) -> torch.Tensor:
@@ -121,17 +167,20 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
         conn.send(("ready", None))
     except (BrokenPipeError, EOFError, OSError):
         return
+    # The last snapshot stays referenced until the next one arrives: the trainer stages every
+    # save into the same shared-memory buffers, and while a mapping is alive torch's sharing
+    # cache hands it back instead of mapping the buffers afresh and faulting every page in.
+    state: Any = None
     while True:
         try:
             state, epochs, step = conn.recv()
         except EOFError:
             return
         try:
-            entry = store.commit(state, epochs, step)
+            entry = store.commit(state, epochs, step, direct_io=True)
             conn.send(("ok", asdict(entry)))
         except Exception as error:
             conn.send(("error", f"{type(error).__name__}: {error}"))
-        del state
 
 
 class CheckpointWriter:
@@ -172,6 +221,7 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging: dict[str, Any] | None = None  # the last committed copy, reused
+        self._copy_threads: ThreadPoolExecutor | Literal[False] | None = None  # None: not yet
         self.last_committed: CheckpointEntry | None = None
         self.last_mode: str | None = None  # "inline" | "background": how the last save went
 
@@ -258,8 +308,12 @@ class CheckpointWriter:
 
     def _stage(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Copy into the staging buffers (shared memory for the writer process)."""
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
         try:
-            snapshot = copy_to_cpu(dict(state), self._staging, shared=self._use_process)
+            snapshot = copy_to_cpu(
+                dict(state), self._staging, shared=self._use_process, deferred=copies
+            )
+            copy_in_parallel(copies, self._copy_pool())
             if self._use_process:
                 _share(snapshot)
         except (OSError, RuntimeError) as error:  # e.g. a tiny /dev/shm in a bare container
@@ -268,6 +322,18 @@ class CheckpointWriter:
             snapshot = copy_to_cpu(dict(state), self._staging)
         self._staging = snapshot
         return snapshot
+
+    def _copy_pool(self) -> ThreadPoolExecutor | None:
+        """Threads for the staging copy, or None where this process may use one core only."""
+        if self._copy_threads is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            threads = min(cores, STAGING_THREADS)
+            self._copy_threads = (
+                ThreadPoolExecutor(threads, thread_name_prefix="checkpoint-staging")
+                if threads > 1
+                else False
+            )
+        return self._copy_threads or None
 
     def _start_writer(self) -> None:
         if self._conn is not None or not self._use_process:
@@ -330,6 +396,9 @@ class CheckpointWriter:
         try:
             self.wait()
         finally:
+            if self._copy_threads:
+                self._copy_threads.shutdown()
+                self._copy_threads = None
             if self._conn is not None:
                 self._conn.close()
                 self._process.join(timeout=60)
@@ -342,6 +411,6 @@ class CheckpointWriter:
 
     def _commit_in_thread(self, state: dict[str, Any], epochs: int, step: int) -> None:
         try:
-            self._committed(self.store.commit(state, epochs, step))
+            self._committed(self.store.commit(state, epochs, step, direct_io=True))
         except BaseException as error:
             self._error = error

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy
 import torch
 
 from trainer.checkpoint_schema import FORMAT_VERSION, CheckpointError, TrainingCheckpoint
@@ -96,38 +98,161 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-class _HashingWriter:
-    """File wrapper that hashes bytes on their way to disk, saving a second read of the file."""
+# Direct I/O (O_DIRECT) moves data in whole blocks from block-aligned memory at block-aligned
+# offsets; 4 KiB covers the logical block size of the disks and network volumes in use. The
+# bounce buffer is a few MiB so each write is one large request.
+_DIRECT_ALIGN = 4096
+_DIRECT_CHUNK = 8 << 20
 
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
+
+class _ChecksummedFile:
+    """The file object ``torch.save`` writes into: hashes and counts the bytes on their way to
+    disk, which saves reading the file back for its sha256.
+
+    With ``direct`` the bytes go to the device with O_DIRECT, bypassing the page cache. That is
+    for the background writer: a buffered write of a large state has the kernel allocate
+    page-cache pages and later write them back, work done in kernel threads at normal priority
+    on any core, the training loop's included, whereas a direct write is paid by the (niced)
+    writer itself and leaves no dirty pages behind. Tensor data that starts block-aligned in
+    memory and in the file (see :func:`_storages_aligned_for_direct_io`) goes to the device
+    straight from where it lies; everything else through an aligned bounce buffer. A
+    filesystem that refuses O_DIRECT (tmpfs, some FUSE volumes) gets buffered writes."""
+
+    def __init__(self, fd: int, *, direct: bool) -> None:
+        self._fd = fd
+        self.direct = direct
         self.digest = hashlib.sha256()
         self.size = 0
+        self._bounce: mmap.mmap | None = mmap.mmap(-1, _DIRECT_CHUNK) if direct else None
+        self._filled = 0  # bytes waiting in the bounce buffer
+        self._written = 0  # bytes on disk so far (a multiple of the block size until finish)
 
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        return self._raw.write(data)
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        self.size += total
+        if self._bounce is None:
+            self.digest.update(view)  # hashlib releases the GIL for large buffers
+            _write_all(self._fd, view)
+            return total
+        if self._aligned_in_memory_and_file(view):
+            if self._filled:
+                self._drain()  # whole blocks: it ends where this data starts, block-aligned
+            whole = total - total % _DIRECT_ALIGN
+            self.digest.update(view[:whole])
+            self._write(view[:whole])
+            view = view[whole:]
+        while view:
+            take = min(len(view), _DIRECT_CHUNK - self._filled)
+            self._bounce[self._filled : self._filled + take] = view[:take]
+            # Hashed from the bounce buffer, while the chunk is still in cache.
+            with memoryview(self._bounce) as bounce:
+                self.digest.update(bounce[self._filled : self._filled + take])
+            self._filled += take
+            view = view[take:]
+            if self._filled == _DIRECT_CHUNK:
+                self._drain()
+        return total
 
     def flush(self) -> None:
-        self._raw.flush()
+        """Nothing is buffered but the bounce buffer, which only ``finish`` may write short."""
+
+    def finish(self) -> None:
+        """Write what the bounce buffer holds, padded to a whole block, then cut the padding."""
+        if self._bounce is None:
+            return
+        if self._filled:
+            self._drain()
+            os.ftruncate(self._fd, self.size)
+        self._bounce.close()
+        self._bounce = None
+
+    def _aligned_in_memory_and_file(self, view: memoryview) -> bool:
+        if len(view) < _DIRECT_CHUNK or (self._written + self._filled) % _DIRECT_ALIGN:
+            return False
+        return numpy.frombuffer(view, dtype=numpy.uint8).ctypes.data % _DIRECT_ALIGN == 0
+
+    def _drain(self) -> None:
+        assert self._bounce is not None
+        length = -(-self._filled // _DIRECT_ALIGN) * _DIRECT_ALIGN
+        with memoryview(self._bounce) as bounce:
+            self._write(bounce[:length])
+        self._filled = 0
+
+    def _write(self, blocks: memoryview) -> None:
+        try:
+            _write_all(self._fd, blocks)
+        except OSError as error:
+            if error.errno != errno.EINVAL or not self.direct:
+                raise
+            # Accepted at open, refused at write (some FUSE volumes): go on buffered. The
+            # failed call wrote nothing, so the offset is unchanged.
+            LOG.debug("O_DIRECT refused by the volume (%s): writing through the cache", error)
+            self.direct = False
+            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+            fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+            _write_all(self._fd, blocks)
+        self._written += len(blocks)
 
 
-def _write_bytes_atomically(target: Path, write: Callable[[Any], None], delay_s: float) -> None:
+def _storages_aligned_for_direct_io() -> contextlib.AbstractContextManager[Any]:
+    """``torch.save`` pads the zip so each tensor's bytes start at a multiple of this (64 by
+    default); at the block size, tensors in (page-aligned) shared memory go to the device with
+    no copy. Any alignment loads the same; torch before 2.6 has no such setting."""
+    try:
+        from torch.utils.serialization import config
+    except ImportError:
+        return contextlib.nullcontext()
+    return config.patch({"save.storage_alignment": _DIRECT_ALIGN})
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
+
+
+def _open_temporary(path: Path, *, direct: bool) -> tuple[int, bool]:
+    """A new file for writing, with O_DIRECT if asked and the filesystem takes it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    if direct and hasattr(os, "O_DIRECT"):
+        try:
+            return os.open(path, flags | os.O_DIRECT, 0o666), True
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            LOG.debug("O_DIRECT refused by %s (%s): writing through the cache", path.parent, error)
+    return os.open(path, flags, 0o666), False
+
+
+def _write_bytes_atomically(
+    target: Path,
+    write: Callable[[_ChecksummedFile], None],
+    delay_s: float = 0.0,
+    *,
+    direct: bool = False,
+) -> _ChecksummedFile:
+    """Write ``target`` through a temporary file, fsync, rename, fsync the directory. Returns
+    the file object, which knows the sha256 and size of what was written."""
     temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with temporary.open("wb") as raw:
-            write(raw)
-            raw.flush()
+        fd, direct = _open_temporary(temporary, direct=direct)
+        try:
+            file = _ChecksummedFile(fd, direct=direct)
+            write(file)
+            file.finish()
             if delay_s > 0:
                 time.sleep(delay_s)
-            os.fsync(raw.fileno())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         temporary.replace(target)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
     _fsync_dir(target.parent)
+    return file
 
 
 def read_manifest(directory: Path) -> list[CheckpointEntry]:
@@ -147,7 +272,7 @@ def _write_manifest(directory: Path, entries: Sequence[CheckpointEntry]) -> None
         "checkpoints": [asdict(entry) for entry in entries],
     }
     encoded = (json.dumps(payload, indent=2) + "\n").encode()
-    _write_bytes_atomically(directory / MANIFEST_NAME, lambda raw: raw.write(encoded), 0.0)
+    _write_bytes_atomically(directory / MANIFEST_NAME, lambda file: file.write(encoded))
 
 
 def load_checkpoint(path: Path, *, mmap: bool = False) -> TrainingCheckpoint:
@@ -296,26 +421,24 @@ class CheckpointStore:
         if self.keep < 2:
             raise ValueError(f"keep must be >= 2 so a fallback exists, got {self.keep}")
 
-    def commit(self, state: Mapping[str, Any], epochs: int, step: int) -> CheckpointEntry:
+    def commit(
+        self, state: Mapping[str, Any], epochs: int, step: int, *, direct_io: bool = False
+    ) -> CheckpointEntry:
         """Write, verify-able and atomically: file, then manifest (the commit), then snapshot
         link, then retention. Safe to kill at any point. ``state`` is
-        :meth:`TrainingCheckpoint.to_state`'s dictionary (or a staged copy of it)."""
+        :meth:`TrainingCheckpoint.to_state`'s dictionary (or a staged copy of it).
+        ``direct_io``: write the file past the page cache (see :class:`_ChecksummedFile`)."""
         checkpoint = TrainingCheckpoint.from_state(state, "the state to commit")
         name = checkpoint_name(epochs, step)
         target = self.directory / name
-        writer_holder: list[_HashingWriter] = []
-
-        def write(raw: Any) -> None:
-            writer = _HashingWriter(raw)
-            writer_holder.append(writer)
-            torch.save(state, writer)
-
-        _write_bytes_atomically(target, write, self.write_delay_s)
-        writer = writer_holder[0]
+        with _storages_aligned_for_direct_io() if direct_io else contextlib.nullcontext():
+            written = _write_bytes_atomically(
+                target, lambda file: torch.save(state, file), self.write_delay_s, direct=direct_io
+            )
         entry = CheckpointEntry(
             file=name,
-            sha256=writer.digest.hexdigest(),
-            size=writer.size,
+            sha256=written.digest.hexdigest(),
+            size=written.size,
             epochs_completed=epochs,
             step_in_epoch=step,
             world_size=checkpoint.world_size,

@@ -4,9 +4,16 @@ newest checkpoint. The writer's policy is test_async_writer."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
 import os
+import struct
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -228,3 +235,110 @@ def test_a_state_missing_a_required_key_is_never_committed(tmp_path: Path) -> No
     with pytest.raises(CheckpointError, match="lacks EPOCHS_RUN"):
         CheckpointStore(tmp_path, 2).commit(state, 1, 0)
     assert not list(tmp_path.iterdir()), "nothing may be written for an unloadable state"
+
+
+def _odd_sized_state() -> dict:
+    """Larger than two bounce buffers and not a whole number of blocks: every path of a direct
+    write (full chunks, a padded tail cut back by truncation) runs."""
+    state = fake_state(1.0, 1)
+    state[MODEL_STATE]["weight"] = torch.randn(4_500_001)
+    return state
+
+
+def _direct_io_supported(directory: Path) -> bool:
+    try:
+        fd = os.open(directory / ".probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    (directory / ".probe").unlink()
+    return True
+
+
+def _bytes_read_from_storage(path: Path) -> int:
+    before = _io_counters()["read_bytes"]
+    path.read_bytes()
+    return _io_counters()["read_bytes"] - before
+
+
+def _data_offsets(path: Path) -> list[int]:
+    """Where each tensor's bytes start in a ``torch.save`` zip."""
+    offsets = []
+    with zipfile.ZipFile(path) as archive, path.open("rb") as raw:
+        for info in archive.infolist():
+            if "/data/" in info.filename:
+                raw.seek(info.header_offset)
+                header = raw.read(30)
+                name_length, extra_length = struct.unpack("<HH", header[26:30])
+                offsets.append(info.header_offset + 30 + name_length + extra_length)
+    return offsets
+
+
+def test_a_direct_write_is_the_same_checkpoint_and_leaves_the_page_cache_alone(
+    tmp_path: Path,
+) -> None:
+    state = _odd_sized_state()
+    entry = CheckpointStore(tmp_path, 2).commit(state, 1, 0, direct_io=True)
+
+    path = tmp_path / entry.file
+    data = path.read_bytes()
+    assert (entry.size, entry.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    found = find_resumable(tmp_path)
+    assert found is not None
+    assert torch.equal(found.checkpoint.model_state["weight"], state[MODEL_STATE]["weight"])
+    # Tensor bytes start on a block boundary, so they can go to the device with no copy.
+    assert all(offset % 4096 == 0 for offset in _data_offsets(path))
+
+    if not _direct_io_supported(tmp_path):
+        pytest.skip("this filesystem refuses O_DIRECT: the commit fell back to buffered writes")
+    (tmp_path / "fresh").mkdir()
+    store = CheckpointStore(tmp_path / "fresh", 2)
+    written_through_cache = tmp_path / "fresh" / store.commit(state, 2, 0).file
+    written_past_cache = tmp_path / "fresh" / store.commit(state, 3, 0, direct_io=True).file
+    # Only the direct write left its pages out of memory: reading it back goes to storage (all
+    # but the last block, which truncating the padding brought into the cache).
+    assert _bytes_read_from_storage(written_through_cache) == 0
+    assert _bytes_read_from_storage(written_past_cache) >= entry.size - 4096
+
+
+def _refuse_direct_io_at_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What tmpfs before Linux 6.6 and some FUSE volumes do."""
+    real_open = os.open
+
+    def open_without_direct_io(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_without_direct_io)
+
+
+def _refuse_direct_io_at_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a volume that accepts the flag at open but not the transfer does."""
+    real_write = os.write
+
+    def write_without_direct_io(fd: int, data: Any) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write_without_direct_io)
+
+
+@pytest.mark.parametrize("refuse", [_refuse_direct_io_at_open, _refuse_direct_io_at_write])
+def test_a_volume_refusing_direct_io_still_gets_the_same_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refuse: Callable[[pytest.MonkeyPatch], None]
+) -> None:
+    state = _odd_sized_state()
+    (tmp_path / "direct").mkdir()
+    (tmp_path / "refused").mkdir()
+    direct = CheckpointStore(tmp_path / "direct", 2).commit(state, 1, 0, direct_io=True)
+    refuse(monkeypatch)
+    entry = CheckpointStore(tmp_path / "refused", 2).commit(state, 1, 0, direct_io=True)
+    monkeypatch.undo()
+
+    assert (entry.sha256, entry.size) == (direct.sha256, direct.size)
+    assert (tmp_path / "refused" / entry.file).read_bytes() == (
+        tmp_path / "direct" / direct.file
+    ).read_bytes()
+    assert not list((tmp_path / "refused").glob(".*tmp*")), "temporary files left behind"
