@@ -9,7 +9,7 @@
    and data order, so both must end with bitwise-equal weights (printed as a check).
 2. Checkpoint stall: loop time lost per checkpoint (save() blocking plus steps slowed by the
    writer sharing the cores), first save included, for a 32 KB and a 512 MB state: ours vs a
-   synchronous save, over 3 fresh writers of 6 saves each; then the same measurement of a
+   synchronous save, over 5 fresh writers of 6 saves each; then the same measurement of a
    stall of known length, which shows the estimator's own bias.
 3. Resume: time from a committed 1 GB checkpoint to a model ready for its first step, ours
    (verify + load + restore) vs reading the file and ``torch.load`` once.
@@ -428,7 +428,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-mb", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=6, help="saves per writer")
     parser.add_argument(
-        "--stall-rounds", type=int, default=3, help="fresh writers per checkpoint size"
+        "--stall-rounds", type=int, default=5, help="fresh writers per checkpoint size"
     )
     parser.add_argument("--resume-mb", type=int, default=1024, help="0 skips the resume row")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="0 skips the end-to-end row")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.multiprocessing
@@ -91,9 +91,13 @@ def copy_in_parallel(
     threads (``Tensor.copy_`` releases the GIL). One core's memcpy does not saturate memory
     bandwidth, and while rank 0 stages, the other ranks wait for it in their next collective,
     so the cores this uses are idle anyway."""
+    if pool is None:
+        for destination, source in copies:
+            destination.copy_(source)
+        return
     pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
     for destination, source in copies:
-        if pool is None or not (destination.is_contiguous() and source.is_contiguous()):
+        if not (destination.is_contiguous() and source.is_contiguous()):
             pieces.append((destination, source))
             continue
         flat_destination, flat_source = destination.view(-1), source.view(-1)
@@ -103,10 +107,6 @@ def copy_in_parallel(
             pieces.append(
                 (flat_destination.narrow(0, start, length), flat_source.narrow(0, start, length))
             )
-    if pool is None or len(pieces) < 2:
-        for destination, source in pieces:
-            destination.copy_(source)
-        return
     for _ in pool.map(lambda piece: piece[0].copy_(piece[1]), pieces):
         pass
 
@@ -221,7 +221,14 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging: dict[str, Any] | None = None  # the last committed copy, reused
-        self._copy_threads: ThreadPoolExecutor | Literal[False] | None = None  # None: not yet
+        # Threads for the staging copy (started on first use), none where one core is all
+        # this process may use.
+        threads = min(len(os.sched_getaffinity(0)), STAGING_THREADS)
+        self._copy_pool = (
+            ThreadPoolExecutor(threads, thread_name_prefix="checkpoint-staging")
+            if threads > 1
+            else None
+        )
         self.last_committed: CheckpointEntry | None = None
         self.last_mode: str | None = None  # "inline" | "background": how the last save went
 
@@ -313,7 +320,7 @@ class CheckpointWriter:
             snapshot = copy_to_cpu(
                 dict(state), self._staging, shared=self._use_process, deferred=copies
             )
-            copy_in_parallel(copies, self._copy_pool())
+            copy_in_parallel(copies, self._copy_pool)
             if self._use_process:
                 _share(snapshot)
         except (OSError, RuntimeError) as error:  # e.g. a tiny /dev/shm in a bare container
@@ -322,18 +329,6 @@ class CheckpointWriter:
             snapshot = copy_to_cpu(dict(state), self._staging)
         self._staging = snapshot
         return snapshot
-
-    def _copy_pool(self) -> ThreadPoolExecutor | None:
-        """Threads for the staging copy, or None where this process may use one core only."""
-        if self._copy_threads is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-            threads = min(cores, STAGING_THREADS)
-            self._copy_threads = (
-                ThreadPoolExecutor(threads, thread_name_prefix="checkpoint-staging")
-                if threads > 1
-                else False
-            )
-        return self._copy_threads or None
 
     def _start_writer(self) -> None:
         if self._conn is not None or not self._use_process:
@@ -396,9 +391,9 @@ class CheckpointWriter:
         try:
             self.wait()
         finally:
-            if self._copy_threads:
-                self._copy_threads.shutdown()
-                self._copy_threads = None
+            if self._copy_pool is not None:
+                self._copy_pool.shutdown()
+                self._copy_pool = None
             if self._conn is not None:
                 self._conn.close()
                 self._process.join(timeout=60)
