@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16)
 STACK ?= dev
+# Extra flags for `pulumi preview|up|destroy` (make up PULUMI_ARGS=--yes).
+PULUMI_ARGS ?=
 # make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
 BACKEND ?= process
 IMAGE ?= localhost/pytorch-distributed-trainer:local
@@ -87,13 +89,13 @@ render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)
 
 preview: $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
-	scripts/pulumi-stack.sh preview $(STACK)
+	scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
 
 up: $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
-	scripts/pulumi-stack.sh up $(STACK)
+	scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
 
 destroy: $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
-	scripts/pulumi-stack.sh destroy $(STACK)
+	scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
 
 bench: $(STAMP) ## Trainer throughput and checkpoint-stall benchmark.
 	OMP_NUM_THREADS=1 $(BIN)/python bench/trainer_throughput.py

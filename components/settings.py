@@ -58,6 +58,7 @@ TABLE_END = "<!-- settings-table:end -->"
 Platform = Literal["kubeflow", "runai"]
 ImagePlatform = Literal["linux/amd64", "linux/arm64"]
 AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
+ImageBuilder = Literal["buildkit", "classic"]
 WaitFor = Literal["none", "created", "running"]
 CleanPodPolicy = Literal["None", "Running", "All"]
 PLATFORMS: tuple[str, ...] = get_args(Platform)
@@ -291,12 +292,24 @@ class _Settings:
         return {key: value for key, value in data.items() if value is not None}
 
 
+def _default_insecure_registry(data: dict[str, Any]) -> bool:
+    """`true` when `image.repository` is on loopback (localhost, 127.0.0.0/8); else `false`"""
+    repository = data.get("repository")
+    return repository is not None and _is_loopback(registry_host(repository))
+
+
 @dataclass(frozen=True, config=_CONFIG)
 class ImageSettings(_Settings):
     build: Boolean = True
     """build `trainer/` and push it, or run `image.ref`"""
     repository: ImageRepository | None = None
     """where the built image is pushed; required when building"""
+    insecure_registry: Boolean = Field(default_factory=_default_insecure_registry)
+    """look the pushed image's digest up in its registry over plain HTTP (the engine's own
+    insecure-registry settings decide how it pushes)"""
+    builder: ImageBuilder = "buildkit"
+    """`buildkit`, Docker Engine's builder, or `classic`, for an engine without BuildKit's
+    session endpoint (podman's Docker-compatible API)"""
     base_image: ImageRef = DEFAULT_BASE_IMAGE
     """what `trainer/` is built on: any image with torch and numpy"""
     platform: ImagePlatform = "linux/amd64"
@@ -469,7 +482,7 @@ class StackSettings(_Settings):
             runai or project is None, "runaiProject", project, "only allowed when platform is runai"
         )
         if self.registry is not None and self.image.build and self.image.repository is not None:
-            host = _repository_host(self.image.repository)
+            host = registry_host(self.image.repository)
             _check(
                 host in (None, _server_host(self.registry.server)),
                 "registry.server",
@@ -579,7 +592,9 @@ def quantity_value(text: str) -> Decimal:
     return Decimal(match["number"]) * _QUANTITY_FACTORS[suffix]
 
 
-def _repository_host(repository: str) -> str | None:
+def registry_host(repository: str) -> str | None:
+    """The registry host[:port] an image repository lives on; None for Docker Hub's short
+    names (`team/trainer`), which carry no host."""
     first, _, rest = repository.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
         return first
@@ -588,6 +603,12 @@ def _repository_host(repository: str) -> str | None:
 
 def _server_host(server: str) -> str:
     return re.sub(r"^https?://", "", server).split("/", 1)[0]
+
+
+def _is_loopback(host: str | None) -> bool:
+    """A registry on this machine: `localhost` or an address in 127.0.0.0/8, with any port."""
+    name = (host or "").rsplit(":", 1)[0] if (host or "").count(":") == 1 else host or ""
+    return name == "localhost" or re.fullmatch(r"127(\.[0-9]{1,3}){3}", name) is not None
 
 
 def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackSettings:

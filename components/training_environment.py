@@ -19,7 +19,7 @@ from components.manifests import resource_names, stack_objects
 from components.pytorch_job import PyTorchJob
 from components.registry_credential import RegistryCredential
 from components.settings import StackSettings
-from components.training_image import TrainingImage
+from components.training_image import TrainingImage, registry_auth
 
 
 def kubectl(settings: StackSettings, *args: str) -> str:
@@ -60,7 +60,12 @@ class TrainingEnvironment(pulumi.ComponentResource):
             )
         ]
         if settings.image.build:
-            providers.append(docker.Provider(f"{name}-docker", opts=own))
+            # The engine comes from DOCKER_HOST (or its default socket) where `pulumi up` runs;
+            # the registry credentials serve the lookup of the pushed image's digest.
+            auth = registry_auth(settings.image, settings.registry)
+            providers.append(
+                docker.Provider(f"{name}-docker", registry_auth=auth or None, opts=own)
+            )
         # Every child and each of its resources (parent=self) resolve their provider from this
         # map, by package: none can fall back to a default provider.
         child = pulumi.ResourceOptions(parent=self, providers=providers)

@@ -3,6 +3,13 @@
 Why a digest: the PyTorchJob must run exactly the bytes this stack built. A tag can be moved by
 the next push; `repo@sha256:...` cannot, and a new digest is what makes the job's spec change (and
 so replaces the job) after the trainer code changes.
+
+Why the digest is looked up in the registry rather than taken from `docker.Image.repo_digest`:
+pulumi-docker 4.x reports the engine's `RepoDigests` when the push stream carries no digest of its
+own (pulumi/pulumi-docker#846), and podman's Docker-compatible API keeps the local manifest's
+digest there after a push that compressed the layers (containers/podman#14779): a job pinned to
+it would reference a manifest the registry never received. The registry's answer for the pushed
+tag is the one digest a node can pull, whatever the engine.
 """
 
 from __future__ import annotations
@@ -13,13 +20,15 @@ from pathlib import Path
 import pulumi
 import pulumi_docker as docker
 
-from components.settings import REPO_ROOT, ImageSettings, RegistrySettings
+from components.build_leftovers import BuildLeftovers
+from components.settings import REPO_ROOT, ImageSettings, RegistrySettings, registry_host
 
 TRAINER_DIR = REPO_ROOT / "trainer"
 # Relative to the project directory, where Pulumi runs the program: state then holds the same
 # paths on every checkout, so a different clone path never shows up as a diff.
 BUILD_CONTEXT = "trainer"
 _SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
+BUILDER_VERSIONS = {"buildkit": "BuilderBuildKit", "classic": "BuilderV1"}
 
 
 def context_tag(context: Path = TRAINER_DIR) -> str:
@@ -35,10 +44,36 @@ def context_tag(context: Path = TRAINER_DIR) -> str:
     return "ctx-" + digest.hexdigest()[:12]
 
 
+def registry_auth(
+    image: ImageSettings, registry: RegistrySettings | None
+) -> list[docker.ProviderRegistryAuthArgs]:
+    """The Docker provider's credentials for the registry the image is pushed to, which its
+    registry lookup uses: the stack's `registry` when set, anonymous otherwise. An `http://`
+    address is what makes the lookup speak plain HTTP (`image.insecureRegistry`)."""
+    if not image.build or image.repository is None:
+        return []
+    host = registry_host(image.repository)
+    if host is None:  # Docker Hub's short names: the lookup's own default, anonymous HTTPS
+        return []
+    address = f"http://{host}" if image.insecure_registry else host
+    if registry is None:
+        if not image.insecure_registry:
+            return []
+        # The provider sends placeholder credentials to a registry without auth.
+        return [docker.ProviderRegistryAuthArgs(address=address, auth_disabled=True)]
+    return [
+        docker.ProviderRegistryAuthArgs(
+            address=address,
+            username=registry.username,
+            password=pulumi.Output.secret(registry.password),
+        )
+    ]
+
+
 class TrainingImage(pulumi.ComponentResource):
     """Builds `trainer/` (or passes `image.ref` through) and exposes the pinned image reference.
 
-    The Docker provider comes from the parent's `providers`.
+    The Docker provider comes from the parent's `providers`, configured with `registry_auth`.
     """
 
     image_ref: pulumi.Output[str]
@@ -82,10 +117,22 @@ class TrainingImage(pulumi.ComponentResource):
                 dockerfile=f"{BUILD_CONTEXT}/Dockerfile",
                 platform=image.platform,
                 args={"BASE_IMAGE": image.base_image},
+                builder_version=BUILDER_VERSIONS[image.builder],
             ),
             registry=registry_args,
             skip_push=False,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(
+                parent=self, hooks=BuildLeftovers(f"{name}-image").binding()
+            ),
         )
-        self.image_ref = built.repo_digest
+        # The lookup waits for the push: `repo_digest` is known only once the image is pushed,
+        # so a preview that would rebuild leaves the digest unknown instead of asking the
+        # registry for a tag that does not exist yet.
+        pushed_tag = pulumi.Output.all(built.image_name, built.repo_digest).apply(
+            lambda values: values[0]
+        )
+        pushed = docker.get_registry_image_output(
+            name=pushed_tag, opts=pulumi.InvokeOutputOptions(parent=self)
+        )
+        self.image_ref = pulumi.Output.concat(image.repository, "@", pushed.sha256_digest)
         self.register_outputs({"imageRef": self.image_ref})

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Builds the real-engine e2e tools from the Go module proxy and Debian's packages, into a cache
-# outside the clone, and prints the directory that holds them (the last line on stdout).
+# Builds the real-engine e2e tools from the Go module proxy, Debian's packages and the upstream
+# sources in ../shared/vendor/, into a cache outside the clone, and prints the directory that
+# holds them (the last line on stdout).
 #
 #   scripts/e2e-tools.sh            build what is missing, print the bin directory
 #   scripts/e2e-tools.sh --print    print the bin directory only (nothing is built)
 #
-# Versions match the Python pins in requirements.txt (pulumi, pulumi-kubernetes). They are what
-# the Go module proxy this project can reach actually serves: pkg/v3 v3.272.0 is refused there,
-# so the CLI and the Python SDK are both pinned to 3.260.0; the Kubernetes provider is served
-# only at the commit of its v4.25.0 tag, so the Python SDK is pinned to 4.25.0 too.
+# Each tool is cached in a directory of its own, named after its version (and, for the vendored
+# sources, the archive's sha256): changing one version rebuilds that tool alone. The bin
+# directory printed last links them together. Every tool directory holds a PROVENANCE file (where
+# the binary comes from and how it was built), printed as the tool is found or built.
+#
+# Versions match the Python pins in requirements.txt (pulumi, pulumi-kubernetes, pulumi-docker).
+# They are what the Go module proxy this project can reach actually serves: pkg/v3 v3.272.0 is
+# refused there, so the CLI and the Python SDK are both pinned to 3.260.0; the Kubernetes provider
+# is served only at the commit of its v4.25.0 tag, so the Python SDK is pinned to 4.25.0 too. The
+# Python language host and the Docker provider are not served by the proxy at all: they are built
+# from the archives in ../shared/vendor/ (PD_VENDOR_DIR overrides), each checked against its
+# sha256 first, their dependencies from the proxy as usual. Nothing is downloaded at run time.
 # A cold build takes tens of minutes on 2 cores; later runs (and CI on the same machine) reuse it.
 set -euo pipefail
 
@@ -25,30 +34,60 @@ KUBERNETES_PROVIDER_SDK_VERSION=v4.22.2
 KUBERNETES_VERSION=1.34.2
 TRAINING_OPERATOR_VERSION=1.9.3
 KWOK_VERSION=0.8.0
-# The CLI runs a Python policy pack through `pulumi-analyzer-policy-python` when no Python
-# language plugin is installed; sdk/v3 shipped that script until v3.219.0.
-POLICY_SHIM_SDK_VERSION=3.219.0
+# The Python language host: sdk/python/cmd/pulumi-language-python of pulumi at this commit (the
+# development tree of 3.260.0), built against the published sdk/v3 and pkg/v3 v3.260.0.
+LANGUAGE_PYTHON_ARCHIVE=pulumi-language-python-1b5949891b3c.tar.gz
+LANGUAGE_PYTHON_SHA256=0aa332f71a9f056067bc8670aa7418952cbf1eae7d9fe783b124a05b55ac3a8e
+DOCKER_PROVIDER_VERSION=4.11.2
+DOCKER_PROVIDER_ARCHIVE=pulumi-docker-v$DOCKER_PROVIDER_VERSION.tar.gz
+DOCKER_PROVIDER_SHA256=41a3cf1c89a934197a3384db35934b18bad11ba44b492cdb5051fd10e6c590f4
+# v4.11.2 requires terraform-bridge v3.125.0, which the proxy refuses (its .mod answers 403; the
+# version list stops at v3.120.0). v3.120.0 builds, and a stack's build, push, registry lookup
+# and delete work with it. PROVENANCE says so.
+DOCKER_PROVIDER_BRIDGE_VERSION=v3.120.0
 
-key="pulumi-${PULUMI_VERSION}_kubernetes-provider-${KUBERNETES_PROVIDER_VERSION}_kubernetes-${KUBERNETES_VERSION}_training-operator-${TRAINING_OPERATOR_VERSION}_kwok-${KWOK_VERSION}"
-root="${PD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pytorch-distributed/e2e}/$key"
-bin="$root/bin"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${PD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pytorch-distributed/e2e}
+tools=$cache/tools
+
+# One entry per tool: directory name (its version key), binaries, what to print, build function.
+# The vendored tools' keys carry their archive's sha256, so a changed archive is rebuilt.
+TOOLS=(
+  "pulumi-$PULUMI_VERSION|pulumi|pulumi CLI v$PULUMI_VERSION|build_pulumi"
+  "pulumi-language-python-${LANGUAGE_PYTHON_SHA256:0:12}|pulumi-language-python pulumi-language-python-exec|Python language host (pulumi $PULUMI_VERSION)|build_language_python"
+  "pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION|pulumi-resource-kubernetes|kubernetes provider v$KUBERNETES_PROVIDER_VERSION|build_kubernetes_provider"
+  "pulumi-resource-docker-$DOCKER_PROVIDER_VERSION-${DOCKER_PROVIDER_SHA256:0:12}|pulumi-resource-docker|docker provider v$DOCKER_PROVIDER_VERSION|build_docker_provider"
+  "kubernetes-$KUBERNETES_VERSION|kube-apiserver kube-controller-manager kube-scheduler|kube-apiserver, kube-controller-manager, kube-scheduler v$KUBERNETES_VERSION|build_kubernetes"
+  "training-operator-$TRAINING_OPERATOR_VERSION|training-operator|training-operator v$TRAINING_OPERATOR_VERSION|build_training_operator"
+  "kwok-$KWOK_VERSION|kwok|kwok v$KWOK_VERSION|build_kwok"
+)
+# The set of tools this script version assembles, and where its bin directory lives.
+set_key=$(printf '%s\n' "${TOOLS[@]}" | cut -d'|' -f1,2 | sha256sum | cut -c1-16)
+set_dir=$cache/sets/$set_key
+bin=$set_dir/bin
 
 if [[ ${1:-} == --print ]]; then
   echo "$bin"
   exit 0
 fi
 
-mkdir -p "$bin" "$root/src"
+mkdir -p "$tools" "$cache/sets"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 started=$SECONDS
 
 say() { printf '[e2e-tools %4ds] %s\n' $((SECONDS - started)) "$*" >&2; }
 
+# Two builds at once (two checkouts, a suite and a user) would race on the same directories.
+exec 9>"$cache/.lock"
+if ! flock --nonblock 9; then
+  say "another e2e-tools build holds $cache/.lock; waiting for it"
+  flock 9
+fi
+
 # Runs a long command in the background and prints a line a minute, so CI logs show progress.
 with_progress() {
-  local what=$1
-  shift
-  local log="$root/src/${what//[^A-Za-z0-9.-]/_}.log"
+  local what=$1 log=$2
+  shift 2
   "$@" >"$log" 2>&1 &
   local pid=$! waited=0
   while kill -0 "$pid" 2>/dev/null; do
@@ -62,6 +101,8 @@ with_progress() {
     exit 1
   fi
 }
+
+module_dir() { go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'; }
 
 # A wrapper module that requires $module@$version and repeats its replace directives with
 # published versions, because `go install module@version` refuses modules that have any.
@@ -78,23 +119,65 @@ wrapper_module() {
   )
 }
 
+# The vendored archive $1, checked against sha256 $2, unpacked into $work/src.
+vendored_source() {
+  local archive=$1 sha256=$2 vendor=${PD_VENDOR_DIR:-}
+  if [[ -z $vendor ]]; then
+    # Beside the clone; for a git worktree, also beside the repository it belongs to.
+    local candidate main
+    main=$(cd "$(git -C "$repo" rev-parse --git-common-dir 2>/dev/null || echo "$repo")/.." && pwd)
+    for candidate in "$repo/../shared/vendor" "$main/../shared/vendor"; do
+      [[ -f $candidate/$archive ]] && vendor=$candidate && break
+    done
+  fi
+  if [[ -z $vendor || ! -f $vendor/$archive ]]; then
+    echo "$archive not found: expected in ../shared/vendor/ beside the clone (or set PD_VENDOR_DIR)" >&2
+    return 1
+  fi
+  echo "$sha256  $vendor/$archive" | sha256sum --check --quiet - || {
+    echo "$vendor/$archive does not match its sha256 $sha256" >&2
+    return 1
+  }
+  mkdir -p "$work/src"
+  tar -xzf "$vendor/$archive" -C "$work/src"
+  echo "$(cd "$vendor" && pwd)/$archive"
+}
+
+# Each build function puts its binaries in $out/bin (data in $out/share) and its provenance,
+# one line each, in $out/PROVENANCE; $work is scratch space removed afterwards.
+
 build_pulumi() {
-  local dir="$root/src/pulumi"
-  wrapper_module "$dir" github.com/pulumi/pulumi/pkg/v3 "v$PULUMI_VERSION" \
+  wrapper_module "$work/mod" github.com/pulumi/pulumi/pkg/v3 "v$PULUMI_VERSION" \
     "github.com/pulumi/pulumi/sdk/v3=github.com/pulumi/pulumi/sdk/v3@v$PULUMI_VERSION" \
     "github.com/atotto/clipboard=github.com/tgummerer/clipboard@v0.0.0-20241001131231-d02d263e614e"
-  cd "$dir"
+  cd "$work/mod"
   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_VERSION" \
-    -o "$bin/pulumi.tmp" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
-  mv "$bin/pulumi.tmp" "$bin/pulumi"
+    -o "$out/bin/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+  echo "pulumi: github.com/pulumi/pulumi/pkg/v3@v$PULUMI_VERSION cmd/pulumi, Go module proxy" >"$out/PROVENANCE"
+}
+
+build_language_python() {
+  local archive
+  archive=$(vendored_source "$LANGUAGE_PYTHON_ARCHIVE" "$LANGUAGE_PYTHON_SHA256")
+  cd "$work"/src/pulumi-language-python-*/sdk/python/cmd/pulumi-language-python
+  # Upstream replaces sdk/v3 and pkg/v3 with directories of the pulumi repository that the
+  # archive does not hold: the published modules of the same version stand in.
+  go mod edit \
+    -replace "github.com/pulumi/pulumi/sdk/v3=github.com/pulumi/pulumi/sdk/v3@v$PULUMI_VERSION" \
+    -replace "github.com/pulumi/pulumi/pkg/v3=github.com/pulumi/pulumi/pkg/v3@v$PULUMI_VERSION"
+  go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_VERSION" \
+    -o "$out/bin/pulumi-language-python" .
+  install -m 0755 ../pulumi-language-python-exec "$out/bin/pulumi-language-python-exec"
+  cat >"$out/PROVENANCE" <<EOF
+pulumi-language-python: $archive (sha256 $LANGUAGE_PYTHON_SHA256), github.com/pulumi/pulumi at 1b5949891b3c sdk/python/cmd/pulumi-language-python, sdk/v3 and pkg/v3 v$PULUMI_VERSION from the Go module proxy
+pulumi-language-python-exec: the same archive, unchanged
+EOF
 }
 
 build_kubernetes_provider() {
   local module=github.com/pulumi/pulumi-kubernetes/provider/v4
-  local dir="$root/src/pulumi-kubernetes"
-  local source
-  source=$(go mod download -json "$module@$KUBERNETES_PROVIDER_MODULE_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  rm -rf "$dir" && cp -r "$source" "$dir" && chmod -R u+w "$dir"
+  local dir=$work/pulumi-kubernetes
+  cp -r "$(module_dir "$module@$KUBERNETES_PROVIDER_MODULE_VERSION")" "$dir" && chmod -R u+w "$dir"
   cd "$dir"
   go mod edit -dropreplace github.com/pulumi/pulumi-kubernetes/sdk/v4 \
     -replace "github.com/pulumi/pulumi-kubernetes/sdk/v4=github.com/pulumi/pulumi-kubernetes/sdk/v4@$KUBERNETES_PROVIDER_SDK_VERSION"
@@ -103,65 +186,69 @@ build_kubernetes_provider() {
   (cd cmd/pulumi-resource-kubernetes && VERSION="$KUBERNETES_PROVIDER_VERSION" go generate ./...)
   go build -trimpath \
     -ldflags "-s -w -X $module/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION" \
-    -o "$bin/pulumi-resource-kubernetes.tmp" ./cmd/pulumi-resource-kubernetes
-  mv "$bin/pulumi-resource-kubernetes.tmp" "$bin/pulumi-resource-kubernetes"
+    -o "$out/bin/pulumi-resource-kubernetes" ./cmd/pulumi-resource-kubernetes
+  echo "pulumi-resource-kubernetes: $module@$KUBERNETES_PROVIDER_MODULE_VERSION (tag v$KUBERNETES_PROVIDER_VERSION), sdk/v4 $KUBERNETES_PROVIDER_SDK_VERSION standing in, Go module proxy" >"$out/PROVENANCE"
+}
+
+build_docker_provider() {
+  local archive
+  archive=$(vendored_source "$DOCKER_PROVIDER_ARCHIVE" "$DOCKER_PROVIDER_SHA256")
+  cd "$work/src/pulumi-docker-v$DOCKER_PROVIDER_VERSION/provider"
+  go mod edit -require "github.com/pulumi/pulumi-terraform-bridge/v3@$DOCKER_PROVIDER_BRIDGE_VERSION"
+  # main.go embeds schema-embed.json, which upstream's Makefile generates from schema.json.
+  (cd cmd/pulumi-resource-docker && VERSION="$DOCKER_PROVIDER_VERSION" go generate main.go)
+  go build -trimpath \
+    -ldflags "-s -w -X github.com/pulumi/pulumi-docker/provider/v4/pkg/version.Version=$DOCKER_PROVIDER_VERSION" \
+    -o "$out/bin/pulumi-resource-docker" ./cmd/pulumi-resource-docker
+  echo "pulumi-resource-docker: $archive (sha256 $DOCKER_PROVIDER_SHA256), pulumi-docker v$DOCKER_PROVIDER_VERSION with its upstream terraform-provider-docker; pulumi-terraform-bridge/v3 $DOCKER_PROVIDER_BRIDGE_VERSION instead of the required v3.125.0, which the Go module proxy refuses" >"$out/PROVENANCE"
 }
 
 build_kubernetes() {
-  local dir="$root/src/kubernetes" source replacements=() staging
-  source=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  local source replacements=() staging
+  source=$(module_dir "k8s.io/kubernetes@v$KUBERNETES_VERSION")
   # Each staging module (replaced by ./staging/src/k8s.io/<name> upstream) by its published twin.
   while read -r staging; do
     replacements+=("$staging=$staging@v0.${KUBERNETES_VERSION#1.}")
   done < <(sed -n 's#^\t\(k8s.io/[a-z-]*\) => ./staging/src/.*#\1#p' "$source/go.mod")
-  wrapper_module "$dir" k8s.io/kubernetes "v$KUBERNETES_VERSION" "${replacements[@]}"
-  cd "$dir"
+  wrapper_module "$work/mod" k8s.io/kubernetes "v$KUBERNETES_VERSION" "${replacements[@]}"
+  cd "$work/mod"
   local minor=${KUBERNETES_VERSION#1.}
   minor=${minor%%.*}
-  local ldflags="-s -w"
-  local pkg
+  local ldflags="-s -w" pkg component
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=v$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean"
   done
-  local component
   for component in kube-apiserver kube-controller-manager kube-scheduler; do
-    [[ -x $bin/$component ]] && continue
-    go build -trimpath -ldflags "$ldflags" -o "$bin/$component.tmp" "k8s.io/kubernetes/cmd/$component"
-    mv "$bin/$component.tmp" "$bin/$component"
+    go build -trimpath -ldflags "$ldflags" -o "$out/bin/$component" "k8s.io/kubernetes/cmd/$component"
+    echo "$component: k8s.io/kubernetes@v$KUBERNETES_VERSION cmd/$component, staging modules at their published v0.${KUBERNETES_VERSION#1.}, Go module proxy" >>"$out/PROVENANCE"
   done
 }
 
 build_training_operator() {
   local module=github.com/kubeflow/training-operator
-  GOBIN="$root/src/gobin" go install -trimpath -ldflags "-s -w" \
+  GOBIN="$out/bin" go install -trimpath -ldflags "-s -w" \
     "$module/cmd/training-operator.v1@v$TRAINING_OPERATOR_VERSION"
-  mv "$root/src/gobin/training-operator.v1" "$bin/training-operator"
-  local source
-  source=$(go mod download -json "$module@v$TRAINING_OPERATOR_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  mkdir -p "$root/crds"
-  cp "$source/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$root/crds/"
+  mv "$out/bin/training-operator.v1" "$out/bin/training-operator"
+  mkdir -p "$out/share/crds"
+  cp "$(module_dir "$module@v$TRAINING_OPERATOR_VERSION")/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" \
+    "$out/share/crds/"
+  echo "training-operator: $module@v$TRAINING_OPERATOR_VERSION cmd/training-operator.v1 and its PyTorchJob CRD, Go module proxy" >"$out/PROVENANCE"
 }
 
 build_kwok() {
-  GOBIN="$root/src/gobin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  GOBIN="$out/bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
   # kwok plays no stage unless configured: the same "fast" node and pod stages kwokctl uses.
   local source
-  source=$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  mkdir -p "$root/kwok-stages"
+  source=$(module_dir "sigs.k8s.io/kwok@v$KWOK_VERSION")
+  mkdir -p "$out/share/kwok-stages"
   cp "$source"/kustomize/stage/node/fast/node-initialize.yaml \
-    "$source"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml "$root/kwok-stages/"
-  mv "$root/src/gobin/kwok" "$bin/kwok"
-}
-
-fetch_policy_shim() {
-  local source
-  source=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@v$POLICY_SHIM_SDK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  install -m 0755 "$source/python/dist/pulumi-analyzer-policy-python" "$bin/pulumi-analyzer-policy-python"
+    "$source"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml "$out/share/kwok-stages/"
+  echo "kwok: sigs.k8s.io/kwok@v$KWOK_VERSION cmd/kwok and its fast node and pod stages, Go module proxy" >"$out/PROVENANCE"
 }
 
 install_etcd() {
-  command -v etcd >/dev/null && { ln -sf "$(command -v etcd)" "$bin/etcd"; return; }
+  command -v etcd >/dev/null && { ln -sfn "$(command -v etcd)" "$bin/etcd"; return; }
   [[ -x /usr/bin/etcd ]] || {
     say "installing Debian's etcd-server (apt-get)"
     if [[ $(id -u) -ne 0 ]]; then
@@ -173,30 +260,48 @@ install_etcd() {
     # Debian starts the packaged service; the fixture runs its own etcd on a free port.
     systemctl disable --now etcd >/dev/null 2>&1 || true
   }
-  ln -sf /usr/bin/etcd "$bin/etcd"
+  ln -sfn /usr/bin/etcd "$bin/etcd"
 }
 
 step=0
-run_step() {
-  local output=$1 what=$2 fn=$3
+for entry in "${TOOLS[@]}"; do
+  IFS='|' read -r name binaries what build <<<"$entry"
   step=$((step + 1))
-  if [[ -e $bin/$output ]]; then
-    say "($step/8) $what: cached"
-    return
+  dir=$tools/$name
+  if [[ -f $dir/PROVENANCE ]]; then
+    say "(${step}/${#TOOLS[@]}) $what: cached"
+  else
+    say "(${step}/${#TOOLS[@]}) $what: building"
+    work=$(mktemp -d "$tools/.work-$name.XXXXXX")
+    out=$work/out
+    mkdir -p "$out/bin"
+    with_progress "$what" "$tools/$name.log" "$build"
+    rm -rf "$dir" && mv "$out" "$dir" && rm -rf "$work"
+    say "(${step}/${#TOOLS[@]}) $what: done"
   fi
-  say "($step/8) $what: building"
-  with_progress "$what" "$fn"
-  say "($step/8) $what: done"
-}
+  sed 's/^/    /' "$dir/PROVENANCE" >&2
+  for binary in $binaries; do
+    [[ -x $dir/bin/$binary ]] || { say "FAILED: $dir/bin/$binary is missing"; exit 1; }
+  done
+done
 
-run_step pulumi "pulumi CLI v$PULUMI_VERSION" build_pulumi
-run_step pulumi-resource-kubernetes "kubernetes provider v$KUBERNETES_PROVIDER_VERSION" build_kubernetes_provider
-run_step pulumi-analyzer-policy-python "policy-pack shim (sdk/v3 v$POLICY_SHIM_SDK_VERSION)" fetch_policy_shim
-run_step kube-apiserver "kube-apiserver v$KUBERNETES_VERSION" build_kubernetes
-run_step kube-controller-manager "kube-controller-manager v$KUBERNETES_VERSION" build_kubernetes
-run_step kube-scheduler "kube-scheduler v$KUBERNETES_VERSION" build_kubernetes
-run_step training-operator "training-operator v$TRAINING_OPERATOR_VERSION" build_training_operator
-run_step kwok "kwok v$KWOK_VERSION" build_kwok
+# The set: a bin directory with every tool's binaries, and their data beside it. The CLI and its
+# language host are hard links side by side, as in Pulumi's release archive, so the CLI finds the
+# host next to itself; the providers go to providers/, off PATH, for `pulumi plugin install
+# --file` (the CLI warns about any plugin it finds on PATH instead).
+mkdir -p "$bin" "$set_dir/providers"
+for entry in "${TOOLS[@]}"; do
+  dir=$tools/${entry%%|*}
+  for path in "$dir"/bin/*; do
+    name=$(basename "$path")
+    target=$bin/$name
+    [[ $name == pulumi-resource-* ]] && target=$set_dir/providers/$name
+    ln -f "$path" "$target" 2>/dev/null || cp -f "$path" "$target"
+  done
+  if [[ -d $dir/share ]]; then
+    for path in "$dir"/share/*; do ln -sfn "$path" "$set_dir/$(basename "$path")"; done
+  fi
+done
 install_etcd
 say "tools ready in $bin"
 echo "$bin"

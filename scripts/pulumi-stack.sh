@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make preview|up|destroy STACK=<stack>`: run the real Pulumi CLI on one stack.
 #
-# Usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack>
+# Usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]
 #
+# Flags after the stack go to `pulumi preview|up|destroy` as they are (`make up STACK=dev
+# PULUMI_ARGS=--yes` passes --yes; `--expect-no-changes`, `--event-log FILE`, ...).
 # Backend: whatever you are logged in to (`pulumi login ...`) or PULUMI_BACKEND_URL names; with
 # neither, the local file backend .pulumi-state/ in this checkout. A file backend encrypts the
 # stack's secrets with PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE), taken from
@@ -15,9 +17,10 @@ die() {
   exit 1
 }
 
-[[ $# -eq 2 ]] || die "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack>"
+[[ $# -ge 2 ]] || die "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]"
 action=$1
 stack=$2
+shift 2
 case $action in
   preview | up | destroy) ;;
   *) die "unknown action '$action': expected preview, up or destroy" ;;
@@ -53,7 +56,7 @@ if [[ -f "policy/config/$stack.json" ]]; then
 fi
 
 case $action in
-  preview) exec pulumi preview --stack "$stack" --diff ${policy[@]+"${policy[@]}"} ;;
-  up) exec pulumi up --stack "$stack" --diff ${policy[@]+"${policy[@]}"} ;;
-  destroy) exec pulumi destroy --stack "$stack" ;;
+  preview) exec pulumi preview --stack "$stack" --diff ${policy[@]+"${policy[@]}"} "$@" ;;
+  up) exec pulumi up --stack "$stack" --diff ${policy[@]+"${policy[@]}"} "$@" ;;
+  destroy) exec pulumi destroy --stack "$stack" "$@" ;;
 esac

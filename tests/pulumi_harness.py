@@ -74,8 +74,18 @@ class OutputValue:
 
 
 @dataclass
+class Invoke:
+    """A provider function the program called (a data source), with its arguments."""
+
+    token: str
+    args: dict[str, Any]
+    provider: str
+
+
+@dataclass
 class ProgramResult:
     resources: list[RegisteredResource] = field(default_factory=list)
+    invokes: list[Invoke] = field(default_factory=list)
     outputs: dict[str, OutputValue] = field(default_factory=dict)
     error: BaseException | None = None
     # (level name, message) of everything the program logged through pulumi.log.
@@ -133,6 +143,12 @@ def _fake_digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def registry_digest(image_name: str) -> str:
+    """What the mocked registry answers for a pushed tag: never the engine's `repoDigest`, as
+    with podman, whose RepoDigests keep the local manifest's digest after a push."""
+    return _fake_digest("registry:" + image_name)
+
+
 class StackMocks(pulumi.runtime.Mocks):
     """Echo inputs back as state; invent what only a real deployment knows (ids, image digests).
 
@@ -142,6 +158,7 @@ class StackMocks(pulumi.runtime.Mocks):
 
     def __init__(self, preview: bool) -> None:
         self.preview = preview
+        self.invokes: list[Invoke] = []
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict]:
         state = dict(args.inputs)
@@ -153,8 +170,13 @@ class StackMocks(pulumi.runtime.Mocks):
         resource_id = None if self.preview else f"{args.name}-id"
         return resource_id, state
 
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
-        return {}, None
+    def call(self, args: pulumi_mocks.MockCallArgs) -> dict[str, Any]:
+        # A dict, not a (result, failures) tuple: the SDK's mock monitor iterates the failures.
+        self.invokes.append(Invoke(args.token, dict(args.args), args.provider))
+        if args.token == "docker:index/getRegistryImage:getRegistryImage":
+            name = str(args.args["name"])
+            return {"name": name, "sha256Digest": registry_digest(name)}
+        return {}
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -310,6 +332,7 @@ def _run_in_context(
         except Exception as error:  # the program's own failure is a result, not a test crash
             result.error = error
         result.resources = list(monitor.registered)
+        result.invokes = list(mocks.invokes)
         result.logs = list(recorder.records)
         root = pulumi.runtime.settings.get_root_resource()
         exports = dict(getattr(root, "outputs", {}) or {})

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,8 +35,13 @@ TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
 STORAGE_CLASS = "e2e-local"
 WEBHOOK_SECRET = "training-operator-webhook-cert"
-# Where the operator's certificate rotator expects the Secret mounted (pkg/cert in v1.9).
+# Where the operator's certificate rotator expects the Secret mounted (pkg/cert in v1.9, fixed).
 WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+# As root the operator runs in a mount namespace of its own with this plane's directory bound
+# there, as a pod's secret volume is its own: two planes, or one starting while the last one's
+# operator still rewrites its files, never read each other's certificates.
+PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
@@ -153,11 +159,17 @@ class ControlPlane:
 
     # -- components -----------------------------------------------------------------------------
 
-    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> _Process:
+    def _start(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        wrapper: list[str] | None = None,
+    ) -> _Process:
         log_path = self.workdir / f"{name}.log"
         log = log_path.open("ab")
         popen = subprocess.Popen(
-            [str(self.bin_dir / name), *args],
+            [*(wrapper or []), str(self.bin_dir / name), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -296,8 +308,21 @@ class ControlPlane:
             "persistentvolume-protection-controller,garbage-collector-controller",
         ]
 
+    @property
+    def webhook_cert_dir(self) -> Path:
+        """Where the operator reads its serving certificate, as this process sees it."""
+        return self.workdir / "webhook-certs" if _private_mounts() else WEBHOOK_CERT_DIR
+
     def _start_operator(self) -> None:
         probe = free_port()
+        wrapper = None
+        if _private_mounts():
+            self.webhook_cert_dir.mkdir(parents=True, exist_ok=True)
+            wrapper = [
+                *("unshare", "--mount", "--propagation", "private", "--"),
+                *("sh", "-c", PRIVATE_CERT_DIR_SCRIPT, "sh"),
+                *(str(WEBHOOK_CERT_DIR), str(self.webhook_cert_dir)),
+            ]
         process = self._start(
             "training-operator",
             [
@@ -308,6 +333,7 @@ class ControlPlane:
                 f"--webhook-server-port={free_port()}",
             ],
             env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
+            wrapper=wrapper,
         )
         self._wait(process, "its webhook certificate", self._mount_webhook_certificate)
         self._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
@@ -325,9 +351,9 @@ class ControlPlane:
         data = secret.data or {}
         if "tls.crt" not in data:
             return False
-        WEBHOOK_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        self.webhook_cert_dir.mkdir(parents=True, exist_ok=True)
         for name, value in data.items():
-            (WEBHOOK_CERT_DIR / name).write_bytes(base64.b64decode(value))
+            (self.webhook_cert_dir / name).write_bytes(base64.b64decode(value))
         return True
 
     def _start_kwok(self) -> None:
@@ -427,6 +453,11 @@ class ControlPlane:
                     return
             time.sleep(0.3)
         raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _private_mounts() -> bool:
+    """Whether components can get mount namespaces of their own (root, util-linux's unshare)."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
 
 
 def create_hostpath_storage(api: Any, directory: Path, *, on_this_machine: bool = True) -> None:

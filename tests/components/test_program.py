@@ -25,6 +25,7 @@ from tests.pulumi_harness import (
     RegisteredResource,
     Secret,
     contains_secret,
+    registry_digest,
     run_program,
 )
 
@@ -40,6 +41,7 @@ DOCKER_PROVIDER = "pulumi:providers:docker"
 COMPONENT = "pytorch-distributed:index:"
 KUBERNETES_TYPES = (JOB, PVC, SECRET)
 PROVIDER_OF_PACKAGE = {"kubernetes": K8S_PROVIDER, "docker": DOCKER_PROVIDER}
+REGISTRY_LOOKUP = "docker:index/getRegistryImage:getRegistryImage"
 PREBUILT_REF = "registry.example.com/ml/pytorch-ddp-example@sha256:" + "c" * 64
 
 Runner = Callable[..., ProgramResult]
@@ -240,9 +242,8 @@ def test_job_mounts_the_claim_and_runs_the_built_image(
     claim_name = result.one(PVC).inputs["metadata"]["name"]
     assert claim_name == result.outputs["claimName"].value
     image = result.outputs["image"].value
-    assert "@sha256:" in image
     built = result.one(IMAGE).inputs["imageName"]
-    assert image.startswith(built.rsplit(":", 1)[0] + "@")
+    assert image == built.rsplit(":", 1)[0] + "@" + registry_digest(built)
     for kind, pod in pod_specs(result).items():
         [container] = pod["containers"]
         assert container["image"] == image, kind
@@ -253,6 +254,78 @@ def test_job_mounts_the_claim_and_runs_the_built_image(
         assert mounts[claim_volume["name"]] == "/checkpoints"
         [shm] = [name for name, path in mounts.items() if path == "/dev/shm"]
         assert volumes[shm]["emptyDir"]["medium"] == "Memory"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_built_image_is_pinned_to_the_digest_its_registry_serves(
+    stack: str, dev: ProgramResult, prod: ProgramResult
+) -> None:
+    """The job runs the digest the registry answers for the pushed tag, looked up through the
+    stack's docker provider, never the engine's `repoDigest` (podman's is the local manifest's)."""
+    result = {"dev": dev, "prod": prod}[stack]
+    image = result.one(IMAGE)
+    [lookup] = [invoke for invoke in result.invokes if invoke.token == REGISTRY_LOOKUP]
+    assert lookup.args == {"name": image.inputs["imageName"]}
+    assert lookup.provider.startswith(result.one(DOCKER_PROVIDER).urn + "::")
+    engine_digest = f"{image.inputs['imageName'].rsplit(':', 1)[0]}@sha256:"
+    pinned = result.outputs["image"].value
+    assert pinned.startswith(engine_digest)
+    assert pinned.removeprefix(engine_digest) == registry_digest(lookup.args["name"])[7:]
+    assert {c["image"] for c in containers(result).values()} == {pinned}
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "expected"),
+    [
+        ("dev", {}, [{"address": "http://localhost:5001", "authDisabled": True}]),
+        ("dev", {"image": {"insecureRegistry": False}}, None),
+        (
+            "prod",
+            {},
+            [{"address": "registry.example.com", "username": "ml-robot", "password": PASSWORD}],
+        ),
+        (
+            "prod",
+            {"image": {"insecureRegistry": True}},
+            [
+                {
+                    "address": "http://registry.example.com",
+                    "username": "ml-robot",
+                    "password": PASSWORD,
+                }
+            ],
+        ),
+    ],
+    ids=["dev", "dev-https", "prod", "prod-plain-http"],
+)
+def test_docker_provider_has_the_registry_credentials_for_the_digest_lookup(
+    stack: str, overrides: dict[str, Any], expected: list[dict[str, Any]] | None
+) -> None:
+    result = run_program(
+        stack, overrides=overrides, secrets=PROD_SECRETS if stack == "prod" else None
+    )
+    assert result.error is None, result.error
+    provider = result.one(DOCKER_PROVIDER)
+    if expected is None:
+        assert "registryAuth" not in provider.inputs
+        return
+    auth = provider.inputs["registryAuth"]
+    # The provider's config reaches the engine as JSON; with a password in it, all of it secret.
+    assert isinstance(auth, Secret) == (stack == "prod")
+    assert json.loads(auth.value if isinstance(auth, Secret) else auth) == expected
+
+
+@pytest.mark.parametrize(
+    ("builder", "version"),
+    [(None, "BuilderBuildKit"), ("buildkit", "BuilderBuildKit"), ("classic", "BuilderV1")],
+)
+def test_image_builder_setting_chooses_the_engines_builder(
+    builder: str | None, version: str
+) -> None:
+    overrides = {"image": {"builder": builder}} if builder else {}
+    result = run_program("dev", overrides=overrides)
+    assert result.error is None, result.error
+    assert result.one(IMAGE).inputs["build"]["builderVersion"] == version
 
 
 def test_image_build_settings(dev: ProgramResult, prod: ProgramResult) -> None:
@@ -436,6 +509,8 @@ def test_preview_with_unknown_image_digest() -> None:
     result = run_program("prod", secrets=PROD_SECRETS, preview=True)
     assert result.error is None
     assert result.outputs["image"].known is False
+    # The pushed tag's digest is asked of the registry only after the push.
+    assert [invoke for invoke in result.invokes if invoke.token == REGISTRY_LOOKUP] == []
     assert result.outputs["jobName"].value == "pytorch-ddp"
     assert {c["image"] for c in containers(result).values()} == {UNKNOWN}
     assert len(result.of_type(JOB)) == 1 and len(result.of_type(PVC)) == 1

@@ -103,6 +103,29 @@ def test_string_spellings_from_config_set_path_are_accepted() -> None:
     assert settings.checkpoints.retain_on_destroy is False
 
 
+@pytest.mark.parametrize(
+    ("repository", "insecure"),
+    [
+        ("localhost:5001/trainer", True),
+        ("localhost/trainer", True),
+        ("127.0.0.1:5000/team/trainer", True),
+        ("127.10.0.3/trainer", True),
+        ("registry.example.com/trainer", False),
+        ("localhost.example.com:5000/trainer", False),
+        ("127.0.0.1.example.com/trainer", False),
+        ("team/trainer", False),
+    ],
+)
+def test_a_registry_on_loopback_is_reached_over_plain_http_by_default(
+    repository: str, insecure: bool
+) -> None:
+    settings = parse_settings({"image": {"repository": repository}})
+    assert settings.image.insecure_registry is insecure
+    assert settings.image.builder == "buildkit"
+    chosen = parse_settings({"image": {"repository": repository, "insecureRegistry": not insecure}})
+    assert chosen.image.insecure_registry is not insecure
+
+
 def test_prebuilt_image_reference() -> None:
     digest = "registry.example.com/ml/trainer@sha256:" + "a" * 64
     pinned = parse_settings({"image": {"build": False, "ref": digest}})
@@ -218,6 +241,13 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
         "image.repository",
     ),
     ("bad-image-platform", with_values(image={"platform": "linux/386"}), None, "image.platform"),
+    ("bad-builder", with_values(image={"builder": "v1"}), None, "image.builder"),
+    (
+        "insecure-registry-yes",
+        with_values(image={"insecureRegistry": "yes"}),
+        None,
+        "image.insecureRegistry",
+    ),
     (
         "bad-base-image",
         with_values(image={"baseImage": "nvcr.io/NVIDIA pytorch"}),

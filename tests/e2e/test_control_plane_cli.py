@@ -1,7 +1,8 @@
 """`python -m tools.control_plane`, the control plane a developer starts by hand: a stop signal
 tears down every process it started, also as a shell's background job, which starts with SIGINT
-ignored. (This file runs before the stack suite: the operator's webhook certificate directory is
-fixed, so two control planes must not run at once.)"""
+ignored. (As root each plane's operator has its own webhook certificate directory, so these
+planes may run beside the suite's; as another user they share the operator's fixed one, and this
+file runs first, before the suite starts its plane.)"""
 
 from __future__ import annotations
 

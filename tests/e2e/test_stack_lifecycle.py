@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from pulumi import automation as auto
 
 from components.manifests import (
     checkpoint_claim_manifest,
@@ -19,44 +19,25 @@ from components.manifests import (
     registry_secret_manifest,
     resource_names,
 )
-from components.settings import StackSettings, parse_settings
-from tests.e2e.conftest import (
-    PROJECT,
-    REGISTRY_PASSWORD,
-    STACK,
-    Cluster,
-    Project,
-    stack_config,
-)
+from components.settings import PROJECT, StackSettings
+from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 from tools.operator_env import injected_env, replica_pods, training_container
 
 NAMESPACE = "default"
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-PASSWORD_KEY = f"{PROJECT}:registryPassword"
+JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
 # A file a previous run left on the claim: it must survive destroy and be there for the next up.
 MARKER = "snapshot-from-an-earlier-run.txt"
 
 
-def settings_from(config: Mapping[str, Any]) -> StackSettings:
-    values = {key.removeprefix(f"{PROJECT}:"): value for key, value in config.items()}
-    values = {
-        key: value
-        for key, value in values.items()
-        if not key.startswith("pulumi:") and key != "registryPassword"
-    }
-    return parse_settings(values, password=REGISTRY_PASSWORD)
+@pytest.fixture(scope="module")
+def stack(project: Project) -> Stack:
+    return project.stack("e2e")
 
 
 @pytest.fixture(scope="module")
-def stack(project: Project) -> Any:
-    stack = project.stack()
-    stack.set_config(PASSWORD_KEY, auto.ConfigValue(value=REGISTRY_PASSWORD, secret=True))
-    return stack
-
-
-@pytest.fixture(scope="module")
-def settings(project: Project) -> StackSettings:
-    return settings_from(stack_config(project))
+def settings(stack: Stack) -> StackSettings:
+    return stack.settings()
 
 
 @pytest.fixture(scope="module")
@@ -117,79 +98,58 @@ def contains(actual: Any, expected: Any, path: str = "") -> list[str]:
     return []
 
 
-def steps(events: list[auto.EngineEvent], resource_type: str) -> list[str]:
-    """The engine's operations on resources of one type, in the order the engine began them."""
-    return [
-        event.resource_pre_event.metadata.op.value
-        for event in events
-        if event.resource_pre_event is not None
-        and event.resource_pre_event.metadata.type == resource_type
-    ]
-
-
-JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
-
-
 # -- a. preview with the policy pack ------------------------------------------------------------
 
 
-def test_preview_with_policy_pack_passes(stack: Any, policy_pack: Any) -> None:
-    result = stack.preview(policy_packs=[str(policy_pack)], diff=True)
+def test_preview_with_policy_pack_passes(stack: Stack) -> None:
+    result = stack.preview()
     # Provider, claim, secret, job, five components and the stack itself.
-    assert result.change_summary.get(auto.OpType.CREATE, 0) == 10, result.stdout
-    assert "pytorch-distributed-guardrails" in result.stdout, result.stdout
+    assert result.summary() == {"create": 10}, result.output
+    assert "pytorch-distributed-guardrails" in result.output, result.output
+    assert "Traceback" not in result.output
+    # The language host sits next to the CLI and the providers are installed plugins, as in a
+    # user's installation: the CLI finds no plugin on PATH to warn about.
+    assert "from $PATH" not in result.output, result.output
 
 
-def test_policy_pack_blocks_a_violating_change(stack: Any, policy_pack: Any) -> None:
-    stack.set_config(
-        f"{PROJECT}:checkpoints.accessMode", auto.ConfigValue("ReadWriteOnce"), path=True
-    )
+def test_policy_pack_blocks_a_violating_change(stack: Stack) -> None:
+    stack.config_set("checkpoints.accessMode", "ReadWriteOnce")
     try:
-        with pytest.raises(auto.CommandError) as failure:
-            stack.preview(policy_packs=[str(policy_pack)])
-        assert "checkpoint-claim-protection" in str(failure.value)
-        assert "mandatory" in str(failure.value)
+        result = stack.preview(check=False)
+        assert result.returncode != 0
+        assert "checkpoint-claim-protection" in result.output
+        assert "mandatory" in result.output
     finally:
-        stack.set_config(
-            f"{PROJECT}:checkpoints.accessMode", auto.ConfigValue("ReadWriteMany"), path=True
-        )
+        stack.config_set("checkpoints.accessMode", "ReadWriteMany")
 
 
 # -- g. a bad value fails before anything is registered -----------------------------------------
 
 
-def test_bad_config_value_fails_preview_with_one_line_naming_the_key(
-    stack: Any, project: Project
-) -> None:
-    project.cli("config", "set", "--stack", STACK, "--path", f"{PROJECT}:job.batchSize", "0")
-    events: list[auto.EngineEvent] = []
+def test_bad_config_value_fails_preview_with_one_line_naming_the_key(stack: Stack) -> None:
+    stack.config_set("job.batchSize", "0")
     try:
-        with pytest.raises(auto.CommandError) as failure:
-            stack.preview(on_event=events.append)
-        message = str(failure.value)
-        assert f"invalid config {PROJECT}:job.batchSize = 0" in message
+        result = stack.preview(check=False)
+        assert result.returncode != 0
+        error_lines = [line for line in result.output.splitlines() if "invalid config" in line]
+        assert error_lines, result.output
+        assert f"invalid config {PROJECT}:job.batchSize = 0" in error_lines[0]
+        assert "Traceback" not in result.output
         # The engine registers the stack itself before the program runs; nothing else may be.
-        registered = [
-            e
-            for e in events
-            if e.resource_pre_event is not None
-            and e.resource_pre_event.metadata.type != "pulumi:pulumi:Stack"
-        ]
-        assert [e.resource_pre_event.metadata.urn for e in registered] == [], (
-            "a resource was registered despite the bad value"
-        )
+        registered = [urn for urn in result.registered() if "pulumi:pulumi:Stack" not in urn]
+        assert registered == [], "a resource was registered despite the bad value"
     finally:
-        project.cli("config", "set", "--stack", STACK, "--path", f"{PROJECT}:job.batchSize", "32")
+        stack.config_set("job.batchSize", "32")
 
 
 # -- b. up creates what the builders describe ---------------------------------------------------
 
 
 def test_up_creates_secret_claim_and_job_as_the_builders_describe(
-    stack: Any, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Any
 ) -> None:
     result = stack.up()
-    assert result.summary.result == "succeeded"
+    assert result.summary() == {"create": 10}, result.output
     names = resource_names(settings)
 
     secret = kube.get("secret", names.pull_secret)
@@ -244,27 +204,25 @@ def test_up_with_wait_for_running_returns_once_the_pods_run(
 # -- c. no changes right after up ---------------------------------------------------------------
 
 
-def test_preview_right_after_up_expects_no_changes(stack: Any) -> None:
-    stack.preview(expect_no_changes=True)
+def test_preview_right_after_up_expects_no_changes(stack: Stack) -> None:
+    stack.preview("--expect-no-changes")
 
 
-def test_refresh_finds_no_drift(stack: Any) -> None:
-    result = stack.refresh()
-    changed = {op: n for op, n in (result.summary.resource_changes or {}).items() if op != "same"}
-    assert changed == {}, result.stdout
+def test_refresh_finds_no_drift(stack: Stack) -> None:
+    stack.cli("refresh", "--yes", "--expect-no-changes")
 
 
 # -- d. the registry password never appears in plain text ---------------------------------------
 
 
-def test_outputs_and_state_hold_no_plaintext_password(project: Project) -> None:
+def test_outputs_and_state_hold_no_plaintext_password(stack: Stack) -> None:
     encoded = base64.b64encode(REGISTRY_PASSWORD.encode()).decode()
     for args in (("stack", "output", "--json"), ("stack", "export")):
-        text = project.cli(*args, "--stack", STACK).stdout
+        text = stack.cli(*args).stdout
         assert REGISTRY_PASSWORD not in text, args
         assert encoded not in text, args
     # Pulumi marks each secret value in the state with this signature key, beside its ciphertext.
-    state = project.cli("stack", "export", "--stack", STACK).stdout
+    state = stack.cli("stack", "export").stdout
     assert "4dabf18193072939515e22adb298388d" in state, "no value is marked secret in the state"
     assert "ciphertext" in state
 
@@ -273,17 +231,12 @@ def test_outputs_and_state_hold_no_plaintext_password(project: Project) -> None:
 
 
 def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
-    stack: Any, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Any
 ) -> None:
     old_uid = kube.job(settings.job.name)["metadata"]["uid"]
-    stack.set_config(
-        f"{PROJECT}:job.totalEpochs",
-        auto.ConfigValue(str(settings.job.total_epochs + 2)),
-        path=True,
-    )
-    events: list[auto.EngineEvent] = []
-    stack.up(on_event=events.append)
-    job_steps = steps(events, JOB_TYPE)
+    stack.config_set("job.totalEpochs", str(settings.job.total_epochs + 2))
+    result = stack.up()
+    job_steps = result.steps(JOB_TYPE)
     assert job_steps.index("delete-replaced") < job_steps.index("create-replacement"), job_steps
     job = kube.job(settings.job.name)
     assert job["metadata"]["uid"] != old_uid
@@ -296,8 +249,6 @@ def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
 def finish_job(cluster: Cluster, kube: Any, settings: StackSettings) -> None:
     """On kwok, report every pod as exited 0, as a kubelet would; then wait for the job to
     succeed (on a real cluster the trainer finishes it)."""
-    import time
-
     for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
         if not cluster.fake_nodes:
             break
@@ -338,14 +289,13 @@ def finish_job(cluster: Cluster, kube: Any, settings: StackSettings) -> None:
 
 @pytest.mark.timeout(420)
 def test_metadata_change_of_a_finished_job_updates_it_promptly(
-    stack: Any, cluster: Cluster, settings: StackSettings, kube: Any
+    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Any
 ) -> None:
     finish_job(cluster, kube, settings)
     uid = kube.job(settings.job.name)["metadata"]["uid"]
-    stack.set_config(f"{PROJECT}:labels.team", auto.ConfigValue("vision"), path=True)
-    events: list[auto.EngineEvent] = []
-    stack.up(on_event=events.append)
-    assert steps(events, JOB_TYPE) == ["update"]
+    stack.config_set("labels.team", "vision")
+    result = stack.up()
+    assert result.steps(JOB_TYPE) == ["update"]
     job = kube.job(settings.job.name)
     assert job["metadata"]["uid"] == uid
     assert job["metadata"]["labels"]["team"] == "vision"
@@ -355,7 +305,7 @@ def test_metadata_change_of_a_finished_job_updates_it_promptly(
 
 
 def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
-    stack: Any, cluster: Cluster, settings: StackSettings, kube: Any
+    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Any
 ) -> None:
     names = resource_names(settings)
     claim = kube.get("persistent_volume_claim", names.claim)
@@ -369,8 +319,7 @@ def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
     kept = kube.get("persistent_volume_claim", names.claim)
     assert kept is not None and kept["metadata"]["uid"] == claim["metadata"]["uid"]
 
-    result = stack.up()
-    assert result.summary.result == "succeeded"
+    stack.up()
     reused = kube.get("persistent_volume_claim", names.claim)
     assert reused["metadata"]["uid"] == claim["metadata"]["uid"]
     assert reused["spec"]["volumeName"] == volume
@@ -380,10 +329,10 @@ def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
 
 
 def test_destroy_removes_the_claim_when_retain_on_destroy_is_false(
-    stack: Any, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Any
 ) -> None:
     names = resource_names(settings)
-    stack.set_config(f"{PROJECT}:checkpoints.retainOnDestroy", auto.ConfigValue("false"), path=True)
+    stack.config_set("checkpoints.retainOnDestroy", "false")
     stack.up()
     stack.destroy()
     assert kube.get("persistent_volume_claim", names.claim) is None

@@ -4,10 +4,12 @@
 * podman's Docker-compatible API (`podman system service`), the calls the stack's TrainingImage
   (pulumi-docker's docker.Image) makes: POST /build with the classic builder (the compat API has
   no BuildKit /session endpoint), POST /images/{name}/push, then GET /images/{name}/json, whose
-  RepoDigests[0] pulumi-docker reports as repoDigest, the reference the PyTorchJob runs.
+  RepoDigests[0] pulumi-docker reports as repoDigest.
 
 The digest each push reports must be the digest of the manifest the registry serves. The one
 the inspect reports is not, with podman 4.3: a strict xfail records that, and flips when fixed.
+That is why TrainingImage pins the digest the registry answers for the pushed tag instead of
+pulumi-docker's repoDigest (the real-engine suite's image build checks it end to end).
 """
 
 from __future__ import annotations
@@ -17,76 +19,28 @@ import http.client
 import io
 import json
 import socket
-import subprocess
 import tarfile
-import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import pick_free_port
-from tests.image.conftest import ENGINE, REPO_ROOT, engine_env, podman
+from tests.conftest import REPO_ROOT
+from tests.containers import Registry, docker_api, engine_env, local_registry, podman
 
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
 pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 
 REPOSITORY = "pytorch-distributed-trainer"
-MANIFEST_TYPES = ", ".join(
-    [
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-    ]
-)
-
-
-class Registry:
-    def __init__(self, address: str, registries_conf: Path) -> None:
-        self.address = address
-        self.registries_conf = registries_conf
-
-    def manifest_digest(self, reference: str) -> str:
-        """The digest the registry itself computes for the manifest it serves."""
-        request = urllib.request.Request(
-            f"http://{self.address}/v2/{REPOSITORY}/manifests/{reference}",
-            headers={"Accept": MANIFEST_TYPES},
-            method="GET",
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.headers["Docker-Content-Digest"]
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """One registry for the module: the second push finds the base layer already there."""
-    tmp_path = tmp_path_factory.mktemp("registry")
-    script = str(REPO_ROOT / "scripts" / "local-registry.sh")
-    port = pick_free_port()
-    started = subprocess.run(
-        [script, "start", str(tmp_path / "registry"), str(port)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    address = started.stdout.strip()
-    assert address == f"127.0.0.1:{port}"
-    # This run's own registries.conf: the project's, plus this port as plain HTTP.
-    conf = tmp_path / "registries.conf"
-    project_conf = REPO_ROOT / "tools" / "containers" / "registries.conf"
-    conf.write_text(
-        project_conf.read_text() + f'\n[[registry]]\nlocation = "{address}"\ninsecure = true\n'
-    )
-    try:
-        yield Registry(address, conf)
-    finally:
-        subprocess.run([script, "stop", str(tmp_path / "registry")], check=False, timeout=60)
+    with local_registry(tmp_path_factory.mktemp("registry")) as started:
+        yield started
 
 
 def test_podman_push_reports_the_registrys_digest(
@@ -103,8 +57,8 @@ def test_podman_push_reports_the_registrys_digest(
 
     digest = digest_file.read_text().strip()
     assert digest.startswith("sha256:")
-    assert registry.manifest_digest("podman") == digest
-    assert registry.manifest_digest(digest) == digest
+    assert registry.manifest_digest(REPOSITORY, "podman") == digest
+    assert registry.manifest_digest(REPOSITORY, digest) == digest
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -168,31 +122,13 @@ def build_context() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def docker_api(tmp_path_factory: pytest.TempPathFactory, registry: Registry) -> Iterator[Path]:
+def docker_api_socket(
+    tmp_path_factory: pytest.TempPathFactory, registry: Registry
+) -> Iterator[Path]:
     """`podman system service` on a unix socket, with this module's registries.conf."""
     sock = tmp_path_factory.mktemp("api") / "podman.sock"
-    env = engine_env(CONTAINERS_REGISTRIES_CONF=str(registry.registries_conf))
-    service = subprocess.Popen(
-        [*ENGINE.argv, "system", "service", "--time", "0", f"unix://{sock}"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not sock.exists():
-            assert service.poll() is None, service.stderr.read() if service.stderr else ""
-            assert time.monotonic() < deadline, "podman system service did not listen"
-            time.sleep(0.1)
-        yield sock
-    finally:
-        service.terminate()
-        try:
-            service.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
+    with docker_api(sock, registry.registries_conf) as served:
+        yield served
 
 
 @dataclass
@@ -205,7 +141,7 @@ class ApiPush:
 
 
 @pytest.fixture(scope="module")
-def api_push(base_image: str, registry: Registry, docker_api: Path) -> Iterator[ApiPush]:
+def api_push(base_image: str, registry: Registry, docker_api_socket: Path) -> Iterator[ApiPush]:
     """Build trainer/ and push it through the Docker API, as pulumi-docker's docker.Image does
     (provider/image.go: ImageBuild, ImagePush, then ImageInspect for repoDigest)."""
     target = f"{registry.address}/{REPOSITORY}"
@@ -220,17 +156,18 @@ def api_push(base_image: str, registry: Registry, docker_api: Path) -> Iterator[
         }
     )
     built = api_stream(
-        docker_api, "POST", f"/v1.41/build?{query}", build_context(),
+        docker_api_socket, "POST", f"/v1.41/build?{query}", build_context(),
         **{"Content-Type": "application/x-tar"},
     )  # fmt: skip
     assert any("Successfully tagged" in str(m.get("stream", "")) for m in built), built
     auth = base64.urlsafe_b64encode(json.dumps({"serveraddress": registry.address}).encode())
     try:
+        quoted = urllib.parse.quote(target, safe="")
         pushed = api_stream(
-            docker_api, "POST", f"/v1.41/images/{urllib.parse.quote(target, safe='')}/push?tag=api",
+            docker_api_socket, "POST", f"/v1.41/images/{quoted}/push?tag=api",
             **{"X-Registry-Auth": auth.decode()},
         )  # fmt: skip
-        inspected = api_json(docker_api, f"/v1.41/images/{target}:api/json")
+        inspected = api_json(docker_api_socket, f"/v1.41/images/{target}:api/json")
         yield ApiPush(target, pushed, inspected)
     finally:
         podman("rmi", f"{target}:api", check=False)
@@ -248,7 +185,7 @@ def test_docker_api_push_stream_reports_the_registrys_digest(
         if word.startswith("sha256:")
     ]
     assert reported, api_push.pushed
-    assert reported[-1] == registry.manifest_digest("api")
+    assert reported[-1] == registry.manifest_digest(REPOSITORY, "api")
 
 
 @pytest.mark.xfail(
@@ -263,4 +200,4 @@ def test_docker_api_repo_digest_after_push_is_the_registrys(
 ) -> None:
     repo_digests = api_push.inspected["RepoDigests"]
     assert isinstance(repo_digests, list) and repo_digests
-    assert repo_digests[0] == f"{api_push.target}@{registry.manifest_digest('api')}"
+    assert repo_digests[0] == f"{api_push.target}@{registry.manifest_digest(REPOSITORY, 'api')}"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import committed_epochs, wait_for_runner
-from tests.image.conftest import (
+from tests.conftest import REPO_ROOT, committed_epochs, wait_for_runner
+from tests.containers import (
     RUNTIME,
     containers_labelled,
     engine_env,
@@ -26,7 +26,6 @@ from tools.run_local import PID_DIR_NAME
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
 pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = "ddp-dev"
 MASTER = f"{JOB}-master-0"
 WORKER = f"{JOB}-worker-0"

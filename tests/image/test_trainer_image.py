@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import pick_free_port
-from tests.image.conftest import podman, run_container
+from tests.containers import podman, run_container
 
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
 pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]

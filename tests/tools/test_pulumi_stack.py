@@ -64,7 +64,7 @@ def test_missing_pulumi_cli_is_a_clear_error() -> None:
     ("args", "message"),
     [
         (["deploy", "dev"], "unknown action 'deploy'"),
-        (["up"], "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack>"),
+        (["up"], "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]"),
         (["up", "nope"], "no stack file Pulumi.nope.yaml"),
     ],
 )
@@ -101,6 +101,19 @@ def test_without_a_backend_the_local_file_backend_and_policy_pack_are_used(
         "preview --stack dev --diff --policy-pack policy --policy-pack-config "
         f"policy/config/dev.json | backend={backend}",
     ]
+
+
+def test_flags_after_the_stack_reach_the_cli(fake_pulumi: tuple[dict[str, str], Path]) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+
+    result = run(["up", "prod", "--yes", "--event-log", "/tmp/events.jsonl"], env)
+
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines()[-1] == (
+        "up --stack prod --diff --policy-pack policy --policy-pack-config policy/config/prod.json "
+        "--yes --event-log /tmp/events.jsonl | backend=s3://team-bucket/pulumi"
+    )
 
 
 def test_a_configured_backend_is_left_alone(fake_pulumi: tuple[dict[str, str], Path]) -> None:

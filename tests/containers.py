@@ -1,0 +1,204 @@
+"""Containers for the image and real-engine suites: podman with this project's configuration, the
+images `make image` builds, a loopback registry and podman's Docker-compatible API.
+
+One home for what both suites start: the image suite pushes with podman and through the Docker
+API by hand, the real-engine suite has `pulumi up` build and push through the same API with the
+Docker provider. Nothing here edits the machine's global container configuration.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT, pick_free_port
+from tools import container_backend
+
+TEST_IMAGE = "localhost/pytorch-distributed-trainer:test"
+# What scripts/container-env.sh defaults to, and the Makefile passes on.
+RUNTIME = os.environ.get("CONTAINER_RUNTIME", "runc")
+ENGINE = container_backend.Engine("podman", RUNTIME or None)
+BUILD_TIMEOUT_S = 1800
+REGISTRY_SCRIPT = REPO_ROOT / "scripts" / "local-registry.sh"
+# The media types a registry may serve an image manifest as; a node's pull accepts them all.
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    ]
+)
+
+
+def engine_env(**extra: str) -> dict[str, str]:
+    return {**container_backend.engine_environment(os.environ, REPO_ROOT), **extra}
+
+
+def podman(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*ENGINE.argv, *args],
+        env=env or engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check:
+        assert result.returncode == 0, f"podman {' '.join(args)}: {result.stdout}{result.stderr}"
+    return result
+
+
+def run_script(*argv: str, env: dict[str, str]) -> str:
+    """One of scripts/, its last stdout line (the image reference these scripts print)."""
+    result = subprocess.run(
+        [str(REPO_ROOT / "scripts" / argv[0]), *argv[1:]],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def build_base_image() -> str:
+    """The stand-in for the NGC base image: built once (cached in podman's storage), then found."""
+    return run_script("build-base-image.sh", env=engine_env(PYTHON=sys.executable))
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A registry started by scripts/local-registry.sh, with its own registries.conf for podman
+    (the project's, plus this address as plain HTTP)."""
+
+    address: str
+    registries_conf: Path
+    username: str | None = None
+    password: str | None = None
+
+    def request(
+        self, path: str, *, method: str = "GET", credentials: tuple[str, str] | None = None
+    ) -> tuple[int, dict[str, str]]:
+        """Status and headers of one registry API call (`/v2/...`), as a node's pull makes it."""
+        request = urllib.request.Request(
+            f"http://{self.address}{path}", headers={"Accept": MANIFEST_TYPES}, method=method
+        )
+        if credentials is not None:
+            token = base64.b64encode(":".join(credentials).encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, dict(response.headers)
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers)
+
+    def manifest_digest(self, repository: str, reference: str) -> str:
+        """The digest the registry itself computes for the manifest it serves."""
+        credentials = None if self.username is None else (self.username, self.password or "")
+        status, headers = self.request(
+            f"/v2/{repository}/manifests/{reference}", credentials=credentials
+        )
+        assert status == 200, f"{repository}:{reference}: {status}"
+        return headers["Docker-Content-Digest"]
+
+
+@contextlib.contextmanager
+def local_registry(
+    directory: Path, *, username: str | None = None, password: str | None = None
+) -> Iterator[Registry]:
+    """scripts/local-registry.sh on a free port, stopped on exit; with `username`, it requires
+    authentication with `password`."""
+    port = pick_free_port()
+    args = [str(REGISTRY_SCRIPT), "start", str(directory / "registry"), str(port)]
+    env = dict(os.environ)
+    if username is not None:
+        args += ["--user", username]
+        env["LOCAL_REGISTRY_PASSWORD"] = password or ""
+    started = subprocess.run(
+        args, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    address = started.stdout.strip()
+    assert address == f"127.0.0.1:{port}"
+    conf = directory / "registries.conf"
+    project_conf = REPO_ROOT / "tools" / "containers" / "registries.conf"
+    conf.write_text(
+        project_conf.read_text() + f'\n[[registry]]\nlocation = "{address}"\ninsecure = true\n'
+    )
+    try:
+        yield Registry(address, conf, username, password)
+    finally:
+        subprocess.run(
+            [str(REGISTRY_SCRIPT), "stop", str(directory / "registry")], check=False, timeout=60
+        )
+
+
+@contextlib.contextmanager
+def docker_api(sock: Path, registries_conf: Path) -> Iterator[Path]:
+    """`podman system service` on a unix socket: the Docker Engine API that Docker clients (and
+    the stack's Docker provider, through DOCKER_HOST) talk to."""
+    env = engine_env(CONTAINERS_REGISTRIES_CONF=str(registries_conf))
+    service = subprocess.Popen(
+        [*ENGINE.argv, "system", "service", "--time", "0", f"unix://{sock}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            assert service.poll() is None, service.stderr.read() if service.stderr else ""
+            assert time.monotonic() < deadline, "podman system service did not listen"
+            time.sleep(0.1)
+        yield sock
+    finally:
+        service.terminate()
+        try:
+            service.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+
+
+def containers_labelled(label: str) -> list[str]:
+    """Every container (running or not) with `label`, as names."""
+    listed = podman("ps", "--all", "--filter", f"label={label}", "--format", "json").stdout
+    return [entry["Names"][0] for entry in json.loads(listed or "[]")]
+
+
+def remove_containers(label: str) -> None:
+    for name in containers_labelled(label):
+        podman("rm", "--force", name, check=False)
+
+
+def run_container(
+    image: str,
+    options: Sequence[str],
+    command: Sequence[str],
+    *,
+    name: str,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """`podman run --rm OPTIONS IMAGE COMMAND` in the foreground; the container is gone after."""
+    try:
+        return podman(
+            "run", "--rm", "--name", name, *options, image, *command, check=False, timeout=timeout
+        )
+    finally:
+        podman("rm", "--force", name, check=False)
