@@ -607,7 +607,7 @@ def _server_host(server: str) -> str:
 
 def _is_loopback(host: str | None) -> bool:
     """A registry on this machine: `localhost` or an address in 127.0.0.0/8, with any port."""
-    name = (host or "").rsplit(":", 1)[0] if (host or "").count(":") == 1 else host or ""
+    name = (host or "").partition(":")[0]
     return name == "localhost" or re.fullmatch(r"127(\.[0-9]{1,3}){3}", name) is not None
 
 
