@@ -648,10 +648,16 @@ def load_stack_file(stack: str, root: Path = REPO_ROOT) -> StackSettings:
         raise SettingsError(
             f"stack {stack!r}: no stack file {path}; the stacks in {Path(root)} are {existing}"
         )
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    config = document.get("config") or {}
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise SettingsError(f"{path} is not valid YAML{where}: {problem}") from None
+    config = document.get("config") or {} if isinstance(document, Mapping) else None
     if not isinstance(config, Mapping):
-        raise SettingsError(f"{path}: 'config' must be a mapping")
+        raise SettingsError(f"{path}: expected a mapping with a 'config' mapping in it")
     values = _project_values(config, str(path))
     password = values.pop(PASSWORD_KEY, None)
     if password is not None:

@@ -307,6 +307,26 @@ def test_stack_file_errors(tmp_path: Path) -> None:
         load_stack_file("bad", tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "config:\n  pytorch-distributed:job: {nodes: 2\n",
+            r"is not valid YAML \(line 3, column 1\)",
+        ),
+        ("- a list\n", "expected a mapping with a 'config' mapping in it"),
+        ("config: [a, b]\n", "expected a mapping with a 'config' mapping in it"),
+    ],
+)
+def test_a_stack_file_that_is_not_a_config_mapping_is_one_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    (tmp_path / "Pulumi.s.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(SettingsError, match=expected) as refused:
+        load_stack_file("s", tmp_path)
+    assert "\n" not in str(refused.value)
+
+
 def test_an_unknown_stack_lists_the_stacks_there(tmp_path: Path, repo_root: Path) -> None:
     with pytest.raises(SettingsError) as unknown:
         load_stack_file("dve", repo_root)
