@@ -331,6 +331,12 @@ def preflight(
     if (problem := unusable_directory(checkpoint_root)) is not None:
         raise LocalRunError(f"{root}: {problem}; {allowed}")
     argv = trainer_argv(job, checkpoint_root, repo_root)
+    unchecked_task: str | None = None
+    if args.backend == "container" and "--task" in argv:
+        # The image may hold a task this checkout lacks: the container finds out, not the host.
+        # Its name is all the resume check needs (the fingerprint covers the string).
+        at = argv.index("--task")
+        argv, unchecked_task = [*argv[:at], *argv[at + 2 :]], argv[at + 1]
     try:
         config = parse_config(argv)
     except UsageError as error:
@@ -339,6 +345,8 @@ def preflight(
         key = job_key(error.field) if error.field else None
         where = f"{key}: " if key else f"the trainer's arguments {argv}: "
         raise LocalRunError(f"{where}{error}") from None
+    if unchecked_task is not None:
+        config = dataclasses.replace(config, task=unchecked_task)
     world_size = settings.job.nodes * settings.job.nproc_per_node
     try:
         trainer_preflight(config, world_size)

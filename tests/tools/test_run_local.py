@@ -405,7 +405,8 @@ def test_matching_checkpoints_pass_the_preflight(tmp_path: Path) -> None:
     committed_run(tmp_path / JOB, dataset_size=256)
     settings = apply_overrides(load_stack_file("dev", REPO_ROOT), overrides(dataset_size=256))
     job = pytorchjob_manifest(settings, image="local")
-    preflight(job, settings, overrides(), checkpoint_root=tmp_path, repo_root=REPO_ROOT)
+    args = argparse.Namespace(**vars(overrides()), backend="process")
+    preflight(job, settings, args, checkpoint_root=tmp_path, repo_root=REPO_ROOT)
 
 
 def test_a_task_the_trainer_cannot_import_is_refused_naming_the_key(
@@ -419,6 +420,29 @@ def test_a_task_the_trainer_cannot_import_is_refused_naming_the_key(
     line = refused(capsys, "--stack", "notask", "--checkpoint-root", str(root), stack_dir=tmp_path)
     assert line.startswith("error: job.task: argument --task: cannot import module 'nowhere'")
     assert not root.exists()
+
+
+def test_with_containers_a_task_only_the_image_has_is_left_to_the_container(
+    tmp_path: Path,
+) -> None:
+    """The image may ship a task this checkout lacks; its name still decides the resume."""
+    from tools.run_local import preflight
+
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    (tmp_path / "Pulumi.imagetask.yaml").write_text(
+        dev.replace("    backoffLimit: 3", "    backoffLimit: 3\n    task: inimage:build")
+    )
+    settings = load_stack_file("imagetask", tmp_path)
+    job = pytorchjob_manifest(settings, image="localhost/trainer:test")
+    root = tmp_path / "claim"
+    containers = argparse.Namespace(**vars(overrides()), backend="container")
+    preflight(job, settings, containers, checkpoint_root=root, repo_root=REPO_ROOT)
+    with pytest.raises(LocalRunError, match=r"job\.task: argument --task: cannot import"):
+        processes = argparse.Namespace(**vars(overrides()), backend="process")
+        preflight(job, settings, processes, checkpoint_root=root, repo_root=REPO_ROOT)
+    committed_run(root / JOB)  # checkpoints of the default task: a different run
+    with pytest.raises(LocalRunError, match=r"job\.task = 'inimage:build': the checkpoints in"):
+        preflight(job, settings, containers, checkpoint_root=root, repo_root=REPO_ROOT)
 
 
 def test_an_unknown_stack_lists_the_existing_ones(capsys: pytest.CaptureFixture[str]) -> None:
