@@ -14,7 +14,6 @@ import torch
 from tests.trainer.conftest import (
     LAUNCH,
     SAVE_EVERY,
-    TORCHRUN,
     TOTAL_EPOCHS,
     Background,
     inspect,
@@ -268,11 +267,9 @@ def test_a_failing_rank_s_exception_reaches_the_launchers_line(tmp_path: Path) -
         "task on rank 1"
     ) in finished.output
     assert "RuntimeError: deliberate failure in the task on rank 1" in finished.output
-    # torchrun itself says the same in its report, with its own traceback around it.
-    plain = run_trainer([*args, *task], launcher=TORCHRUN)
-    assert plain.returncode == 1
-    report = plain.output[plain.output.index("Root Cause") :]
-    assert "deliberate failure in the task on rank 1" in report, plain.output
+    # Rank 0 may fail too (its peer vanished) before torchrun stops it: a line of its own then,
+    # since torchrun's "first failure" goes by whole-second timestamps and would as often name
+    # rank 0's symptom as rank 1's cause.
 
 
 def test_epoch_loss_folds_exactly_like_a_float64_add_per_step() -> None:
