@@ -156,9 +156,8 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
     closed while a message of ours was still unread in it (a trainer that never asked
     whether we were ready, then closed) reaches us as a reset rather than an end of file; it
     means the same: nobody will send another snapshot."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored since its start (_start_writer)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked since its start
     # Hashing and serialising compete with the training loop for the same cores; the loop's
     # step time is what the job pays for, so the writer yields the CPU whenever both want it.
     with contextlib.suppress(OSError):
@@ -354,11 +353,16 @@ class CheckpointWriter:
             daemon=True,
         )
         # Only a started writer is remembered: if start() fails, the thread fallback takes
-        # over and close() must not wait on a process that never ran. The writer starts with
-        # SIGINT/SIGTERM blocked (a signal mask survives exec) until it ignores them: it shares
-        # the trainer's process group, which torchrun signals as a whole, and would otherwise
-        # die of a stop signal during its imports. Here they stay pending, not lost.
+        # over and close() must not wait on a process that never ran. The writer shares the
+        # trainer's process group, which torchrun signals as a whole, and would die of a stop
+        # signal during its seconds of imports: it is started with SIGINT/SIGTERM ignored, a
+        # disposition that, unlike a handler or (with spawn, here) a signal mask, survives
+        # exec. Meanwhile they are blocked here, so the trainer still gets every one: Linux
+        # keeps a blocked signal pending even while it is ignored, and the ones pending before
+        # (which ignoring would discard) are raised again once the handlers are back.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        pending = signal.sigpending() & _STOP_SIGNALS
+        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
         try:
             process.start()
         except (OSError, RuntimeError) as error:
@@ -367,7 +371,11 @@ class CheckpointWriter:
             parent.close()
             return
         finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            for signum in pending:
+                signal.raise_signal(signum)
             child.close()
         self._conn, self._process = parent, process
 
