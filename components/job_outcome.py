@@ -6,8 +6,8 @@ the wait: a job that fails while `pulumi up` waits for Running or Succeeded hold
 timeout and ends in "timed out", without the operator's reason. And it evaluates the same
 condition after every update, so relabelling a finished job that never reached it hangs too. An
 after-create/after-update hook runs inside `pulumi up` once the provider has applied the job: it
-watches the job (components/job_watch.py) and returns when the wanted condition holds, or raises
-within a second of the operator's Failed condition with what happened to each pod
+watches the job (components/job_watch.py) and returns when the wanted condition holds, or,
+within a second of the operator's Failed condition, with a report of what happened to each pod
 (components/job_state.py). Its messages are the job's diagnostics in the CLI's output; a failure
 fails the program as soon as the job's registration completes (`JobOutcome.checked`), so
 `pulumi up` exits non-zero with that report, while the job itself, which exists, stays recorded
@@ -34,13 +34,7 @@ from typing import Any, TypeVar
 
 import pulumi
 
-from components.job_state import (
-    JobState,
-    failure_report,
-    progress_line,
-    recreated_lines,
-    replica_line,
-)
+from components.job_state import JobState, Progress, failure_report, replica_line
 from components.job_watch import JobWatch, JobWatchError, WaitTimeoutError, api_errors
 
 # Pulling a multi-GB CUDA image onto fresh GPU nodes takes a while; longer means stuck.
@@ -82,20 +76,6 @@ class _Urn:
 
     def __init__(self, urn: str) -> None:
         self.urn = pulumi.Output.from_input(urn)
-
-
-class Progress:
-    """Says each new state of the job, and each pod the operator recreated since the last."""
-
-    def __init__(self, log: Callable[[str, str], None]) -> None:
-        self._log = log
-        self._last: JobState | None = None
-
-    def __call__(self, state: JobState) -> None:
-        for line in recreated_lines(self._last, state):
-            self._log("info", line)
-        self._log("info", progress_line(state))
-        self._last = state
 
 
 class JobOutcome:
@@ -158,8 +138,8 @@ class JobOutcome:
             state = watch.wait(
                 target.reached,
                 timeout=RUNNING_TIMEOUT_SECONDS if target.wait_for == "running" else None,
-                on_change=Progress(log),
-                describe=lambda state: (progress_line(state), [r.uid for r in state.replicas]),
+                on_change=Progress(lambda line: log("info", line)),
+                describe=Progress.key,
             )
         except WaitTimeoutError as timeout:
             pods = [f"  {replica_line(r)}" for r in timeout.state.replicas] or ["  no pods"]

@@ -16,7 +16,7 @@ Facts about the Kubeflow training operator (kubeflow.org/v1, v1.9) this relies o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -271,6 +271,25 @@ def recreated_lines(before: JobState | None, after: JobState) -> list[str]:
             line += f" ({meaning})" if meaning else ""
         lines.append(line)
     return lines
+
+
+class Progress:
+    """Tells each new state of a job being waited on as a line, after a line for each pod the
+    operator recreated since the last one; `key` is what makes a state new."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._last: JobState | None = None
+
+    @staticmethod
+    def key(state: JobState) -> object:
+        return progress_line(state), [replica.uid for replica in state.replicas]
+
+    def __call__(self, state: JobState) -> None:
+        for line in recreated_lines(self._last, state):
+            self._say(line)
+        self._say(progress_line(state))
+        self._last = state
 
 
 def failure_report(

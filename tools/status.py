@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from components.job_state import JobState, failure_report, progress_line, status_table
+from components.job_state import JobState, Progress, failure_report, progress_line, status_table
 from components.job_watch import JobWatch, JobWatchError, api_errors
 from components.manifests import resource_names
 from components.settings import SettingsError, load_stack_file
@@ -61,6 +61,7 @@ class Follower:
         self.watch, self.master, self.out = watch, master, out
         self.followed: set[str] = set()  # the master pods (uids) whose log was followed
         self.logs_served = True
+        self.progress = Progress(self.say)
 
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -82,9 +83,7 @@ class Follower:
             uid = self._new_master(state)
             if uid is None or not self.logs_served:
                 state = self.watch.wait(
-                    self._worth_a_look,
-                    on_change=lambda s: self.say(progress_line(s)),
-                    describe=progress_line,
+                    self._worth_a_look, on_change=self.progress, describe=Progress.key
                 )
                 continue
             self.followed.add(uid)

@@ -11,6 +11,7 @@ import pytest
 
 from components.job_state import (
     JobState,
+    Progress,
     exit_code_meaning,
     failure_report,
     job_state,
@@ -342,3 +343,20 @@ def test_a_pod_the_operator_recreated_is_named_with_its_previous_exit() -> None:
     ]
     assert recreated_lines(None, after) == []
     assert recreated_lines(after, after) == []
+
+
+def test_progress_tells_each_state_after_the_pods_recreated_since_the_last() -> None:
+    said: list[str] = []
+    progress = Progress(said.append)
+    first = job_state(job(CREATED, RUNNING), [pod("worker", 0, "Running", RUNNING_STATE)])
+    replaced = pod("worker", 0, "Pending", {"waiting": {"reason": "ContainerCreating"}})
+    replaced["metadata"]["uid"] = "uid-new"
+    second = job_state(job(CREATED, RUNNING), [replaced])
+    assert Progress.key(first) != Progress.key(second)
+    progress(first)
+    progress(second)
+    assert said == [
+        progress_line(first),
+        f"pod {JOB}-worker-0 was recreated",
+        progress_line(second),
+    ]
