@@ -27,14 +27,18 @@ SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
 PYTEST_WORKERS ?= auto
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean
+.PHONY: help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
+# pip's own output, not --quiet: the first install downloads torch from PyPI with its CUDA
+# libraries (about 5 GB in .venv), and pip names each file with its size and shows its progress.
 $(STAMP): $(REQUIREMENTS)
+	@echo "make: installing requirements-dev.txt into $(VENV) (torch with its CUDA libraries from" \
+	    "PyPI: about 5 GB, a few minutes on first install; for a CPU-only torch, see README)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements-dev.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP) ## Create .venv with everything the project needs.
@@ -42,8 +46,9 @@ venv: $(STAMP) ## Create .venv with everything the project needs.
 POLICY_STAMP := policy/venv/.installed-$(shell sha256sum policy/requirements.txt | cut -c1-16)
 
 $(POLICY_STAMP): policy/requirements.txt
+	@echo "make: installing policy/requirements.txt into policy/venv (the policy pack's, about 100 MB)"
 	test -x policy/venv/bin/python || $(PYTHON) -m venv policy/venv
-	policy/venv/bin/python -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+	policy/venv/bin/python -m pip install --disable-pip-version-check --progress-bar on -r policy/requirements.txt
 	rm -f policy/venv/.installed-* && touch $@
 
 policy-venv: $(POLICY_STAMP) ## Create policy/venv, which `--policy-pack policy` runs the pack with.
@@ -90,13 +95,22 @@ image-test: $(STAMP) ## The image and container tests: build, train in container
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)
 
-preview: $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
+# preview, up and destroy need the Pulumi CLI: without it, say so before building any virtual
+# environment. The script's own checks (the stack file, the CLI) fail first and say why.
+PULUMI_GOALS := $(filter preview up destroy,$(MAKECMDGOALS))
+pulumi-cli: ## Check that the Pulumi CLI is installed (preview, up and destroy do it first).
+	@command -v pulumi >/dev/null 2>&1 || scripts/pulumi-stack.sh $(firstword $(PULUMI_GOALS) preview) $(STACK)
+ifneq ($(PULUMI_GOALS),)
+$(STAMP) $(POLICY_STAMP): | pulumi-cli
+endif
+
+preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
 	scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
 
-up: $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
+up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
 	scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
 
-destroy: $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
+destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
 	scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
 
 status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follows the master's log to the end.

@@ -51,9 +51,10 @@ from trainer.checkpoint import CheckpointStore, find_resumable, model_sha256
 from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
 from trainer.cli import TrainConfig
 from trainer.data import ShardedBatches
-from trainer.distributed import DistContext
-from trainer.loop import ResumePoint, StopAgreement, Trainer
+from trainer.distributed import DistContext, run_and_exit
+from trainer.loop import StopAgreement, Trainer
 from trainer.metrics import read_metrics
+from trainer.resume import ResumePoint
 from trainer.task import TaskContext, regression_task
 
 WORLD_SIZE = 2
@@ -119,6 +120,13 @@ def ours(args: argparse.Namespace, rank: int, directory: Path) -> dict[str, floa
 
 
 def worker(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
+    """One rank of the throughput runs, ended as ``python -m trainer`` ends (see
+    ``trainer.distributed.run_and_exit``: its gloo threads would abort the interpreter's
+    finalization)."""
+    run_and_exit(lambda: throughput_rank(rank, args, port, out))
+
+
+def throughput_rank(rank: int, args: argparse.Namespace, port: int, out: str) -> int:
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
@@ -168,6 +176,7 @@ def worker(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
         results["paired"]["max"] = max(ratios)
         Path(out).write_text(json.dumps(results))
     dist.destroy_process_group()
+    return 0
 
 
 def free_port() -> int:

@@ -138,11 +138,11 @@ class Leftovers:
             return cls()
         # Every ancestor: the builder starts a working container on each step's image, also on
         # the base image and on steps it found cached.
-        ancestors: list[str] = []
+        ancestors: set[str] = set()
         intermediates: list[str] = []
         parent = _bare_id(built.get("Parent") or "")
         while parent and (found := engine.image(f"sha256:{parent}")) is not None:
-            ancestors.append(parent)
+            ancestors.add(parent)
             if parent not in before.images and not found.get("RepoTags"):
                 intermediates.append(parent)
             parent = _bare_id(found.get("Parent") or "")

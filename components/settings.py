@@ -48,6 +48,11 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, PydanticUndefined
 
 PROJECT = "pytorch-distributed"
+# Config namespaces a stack file may use: the project's own, the engine's (`pulumi:`) and those
+# of the providers the program creates (pulumi_kubernetes, pulumi_docker). A key under any other
+# namespace is read by nothing; `pytorch_distributed:job` would silently leave the job at its
+# defaults, so it is refused.
+PROVIDER_NAMESPACES = ("pulumi", "kubernetes", "docker")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REDACTED = "<redacted>"
 PASSWORD_KEY = "registryPassword"
@@ -397,7 +402,7 @@ class JobSettings(_Settings):
     total_epochs: Integer = Field(100, ge=1)
     """epochs to train"""
     save_every: Integer = Field(25, ge=1)
-    """a checkpoint every this many epochs, at most `totalEpochs`"""
+    """a checkpoint every this many completed epochs; the last epoch is always saved"""
     dataset_size: Integer = Field(2048, ge=1)
     """samples in the training set"""
     task: TaskRef | None = None
@@ -439,18 +444,6 @@ class JobSettings(_Settings):
     def nproc_per_node(self) -> int:
         """One process per GPU; a CPU (gloo) pod still runs one process."""
         return max(self.gpus_per_node, 1)
-
-    @model_validator(mode="after")
-    def _saves_something(self, info: ValidationInfo) -> JobSettings:
-        if info.context is not None:
-            _check(
-                self.save_every <= self.total_epochs,
-                "saveEvery",
-                self.save_every,
-                f"expected at most job.totalEpochs ({self.total_epochs}), "
-                "or no checkpoint is ever saved",
-            )
-        return self
 
 
 def _default_namespace(data: dict[str, Any]) -> str:
@@ -624,7 +617,7 @@ def _server_host(server: str) -> str:
 
 def _is_loopback(host: str | None) -> bool:
     """A registry on this machine: `localhost` or an address in 127.0.0.0/8, with any port."""
-    name = (host or "").rsplit(":", 1)[0] if (host or "").count(":") == 1 else host or ""
+    name = (host or "").partition(":")[0]
     return name == "localhost" or re.fullmatch(r"127(\.[0-9]{1,3}){3}", name) is not None
 
 
@@ -658,14 +651,22 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
 
 
 def _project_values(config: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """Strip the project prefix and decode structured (JSON) objects; other namespaces pass."""
+    """Strip the project prefix and decode structured (JSON) objects; the providers' namespaces
+    pass, any other is refused."""
     values: dict[str, Any] = {}
     for full_key, value in config.items():
         namespace, sep, key = str(full_key).partition(":")
         if not sep:
             namespace, key = PROJECT, namespace
-        if namespace != PROJECT:
+        if namespace in PROVIDER_NAMESPACES:
             continue
+        if namespace != PROJECT:
+            raise SettingsError(
+                f"config key {full_key!r} ({source}) is in namespace {namespace!r}, which "
+                f"nothing reads: this project's keys are {PROJECT}:<key> (e.g. "
+                f"{PROJECT}:{key}); the other namespaces allowed are the providers' "
+                f"({', '.join(PROVIDER_NAMESPACES)})"
+            )
         if key in OBJECT_KEYS and isinstance(value, str):
             try:
                 value = json.loads(value)
@@ -681,11 +682,20 @@ def load_stack_file(stack: str, root: Path = REPO_ROOT) -> StackSettings:
 
     path = Path(root) / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise SettingsError(f"stack file {path} does not exist (stack {stack!r})")
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    config = document.get("config") or {}
+        existing = ", ".join(stack_names(root)) or "none (no Pulumi.<stack>.yaml)"
+        raise SettingsError(
+            f"stack {stack!r}: no stack file {path}; the stacks in {Path(root)} are {existing}"
+        )
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise SettingsError(f"{path} is not valid YAML{where}: {problem}") from None
+    config = document.get("config") or {} if isinstance(document, Mapping) else None
     if not isinstance(config, Mapping):
-        raise SettingsError(f"{path}: 'config' must be a mapping")
+        raise SettingsError(f"{path}: expected a mapping with a 'config' mapping in it")
     values = _project_values(config, str(path))
     password = values.pop(PASSWORD_KEY, None)
     if password is not None:
@@ -694,6 +704,11 @@ def load_stack_file(stack: str, root: Path = REPO_ROOT) -> StackSettings:
         if isinstance(value, Mapping) and set(value) == {"secure"}:
             values[key] = REDACTED
     return parse_settings(values, password=password)
+
+
+def stack_names(root: Path = REPO_ROOT) -> list[str]:
+    """The stacks whose files `Pulumi.<stack>.yaml` are in `root`, sorted."""
+    return sorted(path.name[len("Pulumi.") : -len(".yaml")] for path in root.glob("Pulumi.*.yaml"))
 
 
 def _runtime_config() -> dict[str, Any]:
@@ -724,6 +739,14 @@ def load_settings() -> StackSettings:
     except SettingsError as error:
         raise pulumi.RunError(str(error)) from None
     return settings
+
+
+def job_key(attribute: str) -> str | None:
+    """The config key of a `JobSettings` attribute (`dataset_size` -> `job.datasetSize`)."""
+    info = _config_fields(StackSettings)["job"]
+    section = _object_type(info.annotation)
+    field = section.__pydantic_fields__.get(attribute)  # type: ignore[union-attr]
+    return f"job.{field.alias}" if field is not None else None
 
 
 def _declared_keys() -> Iterator[tuple[str, FieldInfo]]:

@@ -77,10 +77,21 @@ def signal_pids(pids: Iterable[int], sig: signal.Signals) -> None:
 
 
 def signal_session(session_id: int, sig: signal.Signals) -> None:
-    """Signal the session leader's process group, then any member that left that group."""
+    """Signal every process of a session once: the leader's process group, then the members
+    that left that group. A process must not get a stop signal twice: torchrun's handler
+    raises on each, and a second one lands inside its handling of the first."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(session_id, sig)
-    signal_pids(session_members(session_id), sig)
+    signal_pids(
+        (pid for pid in session_members(session_id) if _process_group(pid) != session_id), sig
+    )
+
+
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:  # gone meanwhile
+        return None
 
 
 def become_subreaper() -> bool:

@@ -77,7 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for path in render(settings, args.out):
+    try:
+        written = render(settings, args.out)
+    except OSError as error:  # --out is a file, or cannot be created or written
+        print(
+            f"error: --out = '{args.out}': {error.strerror or error}: {error.filename}",
+            file=sys.stderr,
+        )
+        return 2
+    for path in written:
         print(path)
     return 0
 

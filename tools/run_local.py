@@ -5,6 +5,11 @@
                               [--backend process|container [--image REF] [--engine podman|docker]
                                [--container-runtime RUNTIME]]
 
+Exit code: 0 the job succeeded; 1 it failed (the summary names the failing replica and its last
+error line); 2 it cannot run as asked, found before anything starts (a bad flag or setting, a
+checkpoint root that cannot be used, checkpoints of another run in the job's directory); 128 + N
+stopped by signal N (130: Ctrl-C), each replica's trainer having committed a checkpoint.
+
 The job comes from the same settings validation and the same builder as the Pulumi program
 (`components.settings.load_stack_file`, `components.manifests.pytorchjob_manifest`), so what runs
 here is what the cluster would run: the container's command, args and env, plus the variables the
@@ -28,6 +33,11 @@ replica's container name is written to `<checkpoint-root>/.run_local/<pod>.conta
 
 Each replica's process-group id is written to `<checkpoint-root>/.run_local/<pod>.pid` while it
 runs (it is also its session id), so a test or a user can kill one "pod" on purpose.
+
+Before any replica starts, `preflight` asks the trainer's own code what it would refuse
+(`trainer.cli` parses the very arguments the pod gets, `trainer.resume.preflight` compares the
+job's checkpoint directory with them), so such a mistake is one line and exit code 2, not a pod
+restarted until backoffLimit.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -45,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from components.manifests import APP_DIR, pytorchjob_manifest
-from components.settings import REPO_ROOT, SettingsError, StackSettings, load_stack_file
+from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
 from tools import container_backend, operator_env
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
@@ -66,6 +77,13 @@ _HOST_DISTRIBUTED_VARS = (
     "NODE_RANK",
 )
 _HOST_DISTRIBUTED_PREFIXES = ("PET_", "TORCHELASTIC_")
+# Flags that override a job setting: JobSettings attribute -> flag.
+OVERRIDE_FLAGS = {
+    "total_epochs": "--epochs",
+    "save_every": "--save-every",
+    "dataset_size": "--dataset-size",
+}
+STOP_SIGNAL_WORDS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}
 
 
 class LocalRunError(ValueError):
@@ -92,13 +110,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         help="local directory standing in for the checkpoint claim (default .checkpoints/<stack>)",
     )
-    parser.add_argument("--epochs", type=_positive_int("--epochs"), help="override job.totalEpochs")
-    parser.add_argument(
-        "--save-every", type=_positive_int("--save-every"), help="override job.saveEvery"
-    )
-    parser.add_argument(
-        "--dataset-size", type=_positive_int("--dataset-size"), help="override job.datasetSize"
-    )
+    for attribute, flag in OVERRIDE_FLAGS.items():
+        parser.add_argument(
+            flag, dest=attribute, type=_positive_int(flag), help=f"override {job_key(attribute)}"
+        )
     parser.add_argument(
         "--backend",
         default="process",
@@ -149,22 +164,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackSettings:
-    job = settings.job
-    changes: dict[str, int] = {}
-    if args.epochs is not None:
-        changes["total_epochs"] = args.epochs
-    if args.save_every is not None:
-        changes["save_every"] = args.save_every
-    if args.dataset_size is not None:
-        changes["dataset_size"] = args.dataset_size
-    job = dataclasses.replace(job, **changes)
-    if job.save_every > job.total_epochs:
-        raise LocalRunError(
-            f"save every {job.save_every} epochs (--save-every or job.saveEvery) is more than "
-            f"the {job.total_epochs} epochs to train (--epochs or job.totalEpochs): no checkpoint "
-            "would ever be saved; pass a --save-every of at most the epoch count"
-        )
-    return dataclasses.replace(settings, job=job)
+    """The stack's settings with the flags' values (a --save-every beyond --epochs is fine: the
+    trainer always saves the last epoch)."""
+    changes = {
+        attribute: getattr(args, attribute)
+        for attribute in OVERRIDE_FLAGS
+        if getattr(args, attribute) is not None
+    }
+    return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **changes))
+
+
+def setting_name(attribute: str, args: argparse.Namespace) -> str:
+    """How the user set a job setting: its key, and the flag when one overrode it."""
+    key = job_key(attribute) or attribute
+    flag = OVERRIDE_FLAGS.get(attribute)
+    return f"{flag} ({key})" if flag and getattr(args, attribute, None) is not None else key
 
 
 def choose_devices(settings: StackSettings) -> tuple[StackSettings, list[str], str | None]:
@@ -285,6 +299,81 @@ def replica_commands(
     return commands, notices
 
 
+def trainer_argv(job: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> list[str]:
+    """The trainer's command line in the master pod, with this machine's paths: the container's
+    args after entrypoint.sh's own flags (see components.manifests.trainer_args)."""
+    template = _pod_template(job, operator_env.MASTER)
+    container = operator_env.training_container(template, operator_env.MASTER)
+    args = [str(part) for part in container.get("args", [])]
+    mapper = path_mapper(template, container, checkpoint_root, repo_root)
+    return [mapper(part) for part in args[args.index("--") + 1 if "--" in args else 0 :]]
+
+
+def preflight(
+    job: Mapping[str, Any],
+    settings: StackSettings,
+    args: argparse.Namespace,
+    *,
+    checkpoint_root: Path,
+    repo_root: Path,
+) -> None:
+    """What the trainer would refuse, asked of the trainer's own code before anything starts:
+    a checkpoint root or job directory that cannot be used, arguments it rejects, checkpoints
+    of another run (other batch size, dataset size, task or world size) in the job's
+    directory. Nothing is created. Raises LocalRunError, one line naming the setting."""
+    # Imported here: torch comes with them, and only a run that got this far needs it.
+    from trainer.cli import UsageError, parse_config, unusable_directory
+    from trainer.resume import WORLD_SIZE, ResumeRefusedError
+    from trainer.resume import preflight as trainer_preflight
+
+    root = f"--checkpoint-root = '{checkpoint_root}'"
+    allowed = "pass a directory this user can write (it is created if missing)"
+    if (problem := unusable_directory(checkpoint_root)) is not None:
+        raise LocalRunError(f"{root}: {problem}; {allowed}")
+    argv = trainer_argv(job, checkpoint_root, repo_root)
+    unchecked_task: str | None = None
+    if args.backend == "container" and "--task" in argv:
+        # The image may hold a task this checkout lacks: the container finds out, not the host.
+        # Its name is all the resume check needs (the fingerprint covers the string).
+        at = argv.index("--task")
+        argv, unchecked_task = [*argv[:at], *argv[at + 2 :]], argv[at + 1]
+    try:
+        config = parse_config(argv)
+    except UsageError as error:
+        if error.field == "checkpoint_dir":
+            raise LocalRunError(f"{root}: the job's directory: {error}; {allowed}") from None
+        key = job_key(error.field) if error.field else None
+        where = f"{key}: " if key else f"the trainer's arguments {argv}: "
+        raise LocalRunError(f"{where}{error}") from None
+    if unchecked_task is not None:
+        config = dataclasses.replace(config, task=unchecked_task)
+    world_size = settings.job.nodes * settings.job.nproc_per_node
+    try:
+        trainer_preflight(config, world_size)
+    except ResumeRefusedError as error:
+        mismatch, directory = error.mismatch, config.checkpoint_dir
+        if mismatch is None:
+            raise LocalRunError(str(error)) from None
+        other_ways = (
+            f"to start over, another --checkpoint-root (or delete {directory}); to continue "
+            "from their weights, a new run with job.initFrom and a new job.name"
+        )
+        if mismatch.setting == WORLD_SIZE:
+            raise LocalRunError(
+                f"job.nodes x job.gpusPerNode = {mismatch.current} processes: the checkpoints "
+                f"in {directory} were written by {mismatch.saved} processes and resume only "
+                f"with as many; {other_ways}"
+            ) from None
+        if job_key(mismatch.setting) is None:  # the seed, or unknown: the trainer's words
+            raise LocalRunError(str(error)) from None
+        raise LocalRunError(
+            f"{setting_name(mismatch.setting, args)} = {mismatch.current!r}: the checkpoints in "
+            f"{directory} were written with {mismatch.saved!r} (a checkpoint resumes only a run "
+            f"with the same batch size, dataset size, seed and task); use {mismatch.saved!r} to "
+            f"resume them; {other_ways}"
+        ) from None
+
+
 def job_policy(job: Mapping[str, Any]) -> JobPolicy:
     run_policy = job["spec"].get("runPolicy", {})
     master = _pod_template(job, operator_env.MASTER)
@@ -318,6 +407,22 @@ def checkpoint_summary(checkpoint_dir: Path, env: Mapping[str, str]) -> dict[str
         return None
 
 
+def headline(outcome: JobOutcome, info: Mapping[str, Any] | None, master: str) -> str:
+    """The summary's first line. A stop by signal says where it stopped: "stopped by Ctrl-C at
+    epoch N (checkpoint saved)" when the master's trainer exited 128 + SIGTERM, the code of a
+    stop with its checkpoint committed."""
+    if outcome.status != "Interrupted":
+        return f"{outcome.status} ({outcome.reason})"
+    signal_name = outcome.signal_name or "a signal"
+    stopped = f"stopped by {STOP_SIGNAL_WORDS.get(signal_name, signal_name)}"
+    if info is None:
+        return f"{stopped} before the first checkpoint (nothing saved)"
+    epoch = info["epochs_completed"] + (1 if info.get("step_in_epoch") else 0)
+    saved = outcome.exit_codes.get(master) == 128 + signal.SIGTERM
+    what = "checkpoint saved" if saved else "the newest checkpoint is from before the stop"
+    return f"{stopped} at epoch {epoch} ({what}); the same command resumes it"
+
+
 def print_summary(
     outcome: JobOutcome, settings: StackSettings, checkpoint_dir: Path, env: Mapping[str, str]
 ) -> None:
@@ -327,6 +432,8 @@ def print_summary(
         if info is not None
         else f"none (no usable checkpoint in {checkpoint_dir})"
     )
+    if info is not None and (steps := info.get("step_in_epoch")):
+        epochs += f" (and {steps} step{'s' if steps > 1 else ''} of the next)"
     restarts = ", ".join(f"{pod} {count}" for pod, count in outcome.restarts.items())
     if any(outcome.recreations.values()):
         restarts += (
@@ -334,9 +441,11 @@ def print_summary(
             + ", ".join(f"{pod} {count}" for pod, count in outcome.recreations.items())
             + ")"
         )
-    lines = [
-        "",
-        f"job {settings.job.name}: {outcome.status} ({outcome.reason})",
+    master = operator_env.pod_name(settings.job.name, operator_env.MASTER, 0)
+    lines = ["", f"job {settings.job.name}: {headline(outcome, info, master)}"]
+    if outcome.status == "Failed" and (error := outcome.last_error()) is not None:
+        lines.append(f"  last error:       [{error[0]}] {error[1]}")
+    lines += [
         f"  epochs completed: {epochs}",
         f"  checkpoint:       {checkpoint_dir}",
         f"  restarts:         {restarts}",
@@ -427,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 master_port=master_port,
                 visible_devices=visible_devices,
             )
+        preflight(job, settings, args, checkpoint_root=checkpoint_root, repo_root=repo_root)
     except (
         SettingsError,
         LocalRunError,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +58,10 @@ os.execvp(sys.argv[2], sys.argv[2:])
 """
 RESTARTING_POLICIES = frozenset({"OnFailure", "Always", "ExitCode"})
 KNOWN_POLICIES = RESTARTING_POLICIES | {"Never"}
+# A line of a replica's output that reports an error: the trainer's and argparse's one-line
+# refusals ("error: ...", "prog: error: ...") and the last line of a Python traceback
+# ("ValueError: ..."). A failed run's summary quotes the failing replica's last one.
+_ERROR_LINE = re.compile(r"(?:^|: )error: |^[A-Za-z_][\w.]*(?:Error|Exception): ")
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,17 @@ class JobOutcome:
     exit_code: int
     wall_seconds: float = 0.0
     recreations: dict[str, int] = field(default_factory=dict)  # ExitCode: pods replaced
+    failed_replica: str | None = None  # the replica whose exit failed the job
+    last_errors: dict[str, str] = field(default_factory=dict)  # replica -> its last error line
+    exit_codes: dict[str, int] = field(default_factory=dict)  # replica -> its last exit code
+    signal_name: str | None = None  # Interrupted: the signal the supervisor received
+
+    def last_error(self) -> tuple[str, str] | None:
+        """(replica, line): the failing replica's last error line, else the latest any replica
+        printed (a refusal is printed once, by rank 0's replica, whichever exited first)."""
+        if self.failed_replica in self.last_errors:
+            return self.failed_replica, self.last_errors[self.failed_replica]
+        return next(iter(reversed(self.last_errors.items())), None)
 
 
 @dataclass
@@ -114,6 +130,7 @@ class _Replica:
     restart_at: float = 0.0
     sessions: list[int] = field(default_factory=list)
     stopped_for_regroup: bool = False
+    exit_code: int | None = None
 
 
 def container_exit_code(returncode: int) -> int:
@@ -141,6 +158,7 @@ class Supervisor:
         self._label = label
         self._lock = threading.Lock()
         self._signals: list[int] = []
+        self._last_errors: dict[str, str] = {}
         self._total_restarts = 0
         self._children_before: set[int] = set()
         self._run_token = uuid.uuid4().hex[:12]
@@ -160,7 +178,13 @@ class Supervisor:
 
     def _stream(self, name: str, pipe: IO[bytes]) -> None:
         for raw in iter(pipe.readline, b""):
-            self._emit(name, raw.decode(errors="replace").rstrip("\r\n"))
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            if _ERROR_LINE.search(line):
+                with self._lock:
+                    # Re-inserted, so the dictionary's order is the order of the latest errors.
+                    self._last_errors.pop(name, None)
+                    self._last_errors[name] = line.strip()
+            self._emit(name, line)
         with contextlib.suppress(OSError):
             pipe.close()
 
@@ -230,7 +254,8 @@ class Supervisor:
         self._teardown(replica)
         if replica.reader is not None:
             replica.reader.join(timeout=5)
-        return container_exit_code(returncode)
+        replica.exit_code = container_exit_code(returncode)
+        return replica.exit_code
 
     def _restart_delay(self, replica: _Replica) -> float:
         delay = self._policy.restart_delay_seconds * (2 ** max(replica.restarts - 1, 0))
@@ -260,7 +285,10 @@ class Supervisor:
         if policy not in {"OnFailure", "Always"}:
             replica.state = "failed"
             return self._outcome(
-                "Failed", f"{name} failed with exit code {code} (restartPolicy {policy})", 1
+                "Failed",
+                f"{name} failed with exit code {code} (restartPolicy {policy})",
+                1,
+                failed=name,
             )
         self._total_restarts += 1
         replica.restarts += 1
@@ -271,6 +299,7 @@ class Supervisor:
                 f"{name} failed with exit code {code}; the job's restarts reached "
                 f"backoffLimit {self._policy.backoff_limit}",
                 1,
+                failed=name,
             )
         delay = self._restart_delay(replica)
         replica.state = "waiting"
@@ -293,6 +322,7 @@ class Supervisor:
                 f"{name} failed with exit code {code}, which restartPolicy ExitCode does not "
                 "retry (only 128-255, a process ended by a signal)",
                 1,
+                failed=name,
             )
         replica.recreations += 1
         replica.state = "waiting"
@@ -348,13 +378,16 @@ class Supervisor:
                 self.say(f"restarting {replica.command.name}")
                 self._start(replica)
 
-    def _outcome(self, status: str, reason: str, exit_code: int) -> JobOutcome:
+    def _outcome(
+        self, status: str, reason: str, exit_code: int, *, failed: str | None = None
+    ) -> JobOutcome:
         return JobOutcome(
             status=status,
             reason=reason,
             restarts={r.command.name: r.restarts for r in self._replicas},
             exit_code=exit_code,
             recreations={r.command.name: r.recreations for r in self._replicas},
+            failed_replica=failed,
         )
 
     # -- stopping -----------------------------------------------------------------------------
@@ -437,7 +470,9 @@ class Supervisor:
                 name = signal.Signals(self._signals[0]).name
                 self.say(f"{name} received: stopping every replica")
                 self._stop_all(patient=False)
-                return self._outcome("Interrupted", f"{name} received", 128 + self._signals[0])
+                outcome = self._outcome("Interrupted", f"{name} received", 128 + self._signals[0])
+                outcome.signal_name = name
+                return outcome
             if deadline is not None and time.monotonic() - started >= deadline:
                 self.say(f"activeDeadlineSeconds {deadline:g} passed: stopping every replica")
                 self._stop_all(patient=False)
@@ -472,4 +507,9 @@ class Supervisor:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         outcome.wall_seconds = time.monotonic() - started
+        with self._lock:  # the readers have been joined; this is their last word
+            outcome.last_errors = dict(self._last_errors)
+        outcome.exit_codes = {
+            r.command.name: r.exit_code for r in self._replicas if r.exit_code is not None
+        }
         return outcome

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
+from trainer.distributed import run_and_exit
 from trainer.loop import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit(main)

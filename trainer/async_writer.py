@@ -35,6 +35,7 @@ STAGING_PIECE_BYTES = 32 << 20
 STAGING_THREADS = 4
 
 LOG = logging.getLogger("trainer")
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def copy_to_cpu(
@@ -151,9 +152,13 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
     GIL while it writes: on a thread it would stall the training loop almost as much as a
     synchronous save. It ignores SIGINT/SIGTERM (the trainer decides when to stop), says
     "ready" once its imports are done (until then the trainer writes inline instead of
-    waiting for it), and exits when the trainer closes the pipe."""
+    waiting for it), and exits when the trainer asks it to (None) or the pipe ends. A pipe
+    closed while a message of ours was still unread in it (a trainer that never asked
+    whether we were ready, then closed) reaches us as a reset rather than an end of file; it
+    means the same: nobody will send another snapshot."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked since its start
     # Hashing and serialising compete with the training loop for the same cores; the loop's
     # step time is what the job pays for, so the writer yields the CPU whenever both want it.
     with contextlib.suppress(OSError):
@@ -165,7 +170,7 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
         torch.serialization.set_crc32_options(False)
     try:
         conn.send(("ready", None))
-    except (BrokenPipeError, EOFError, OSError):
+    except (EOFError, OSError):
         return
     # The last snapshot stays referenced until the next one arrives: the trainer stages every
     # save into the same shared-memory buffers, and while a mapping is alive torch's sharing
@@ -173,14 +178,21 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
     state: Any = None
     while True:
         try:
-            state, epochs, step = conn.recv()
-        except EOFError:
+            message = conn.recv()
+        except (EOFError, OSError):  # the trainer closed the pipe (or died): nothing to write
             return
+        if message is None:
+            return
+        state, epochs, step = message
         try:
             entry = store.commit(state, epochs, step, direct_io=True)
-            conn.send(("ok", asdict(entry)))
+            reply: tuple[str, Any] = ("ok", asdict(entry))
         except Exception as error:
-            conn.send(("error", f"{type(error).__name__}: {error}"))
+            reply = ("error", f"{type(error).__name__}: {error}")
+        try:
+            conn.send(reply)
+        except OSError:  # the trainer is gone; a committed checkpoint stays committed
+            return
 
 
 class CheckpointWriter:
@@ -342,7 +354,11 @@ class CheckpointWriter:
             daemon=True,
         )
         # Only a started writer is remembered: if start() fails, the thread fallback takes
-        # over and close() must not wait on a process that never ran.
+        # over and close() must not wait on a process that never ran. The writer starts with
+        # SIGINT/SIGTERM blocked (a signal mask survives exec) until it ignores them: it shares
+        # the trainer's process group, which torchrun signals as a whole, and would otherwise
+        # die of a stop signal during its imports. Here they stay pending, not lost.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
             process.start()
         except (OSError, RuntimeError) as error:
@@ -351,6 +367,7 @@ class CheckpointWriter:
             parent.close()
             return
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             child.close()
         self._conn, self._process = parent, process
 
@@ -358,10 +375,7 @@ class CheckpointWriter:
         self._use_process = False
         self._ready = False
         if self._conn is not None:
-            with contextlib.suppress(OSError):
-                self._conn.close()
-            self._process.join(timeout=60)
-            self._conn = self._process = None
+            self._stop_writer()
 
     def in_flight(self) -> bool:
         if self._pending:
@@ -395,9 +409,16 @@ class CheckpointWriter:
                 self._copy_pool.shutdown()
                 self._copy_pool = None
             if self._conn is not None:
-                self._conn.close()
-                self._process.join(timeout=60)
-                self._conn = self._process = None
+                self._stop_writer()
+
+    def _stop_writer(self) -> None:
+        """Ask the writer to exit and wait for it, then close the pipe: closed first, with the
+        writer's "ready" still unread in it, the pipe would reach the writer as a reset."""
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._process.join(timeout=60)
+        self._conn.close()
+        self._conn = self._process = None
 
     def _committed(self, entry: CheckpointEntry) -> None:
         self.last_committed = entry

@@ -13,12 +13,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 DEFAULT_TASK = "trainer.task:regression_task"
+# Exit codes of `python -m trainer`, kept by `trainer.launch` as the container's, for the training
+# operator's ExitCode restart policy (1-127 fail the job, 128 and up recreate the pod) and the
+# local runner: 0 trained to the end (or nothing was left to train); 1 an unexpected error, with
+# its traceback; EXIT_REFUSED the arguments, or a checkpoint directory of another run, cannot
+# work, and a retry fails the same way; 128 + N stopped by signal N with a checkpoint committed,
+# so a restart resumes it.
+EXIT_REFUSED = 2
+DEFAULT_PG_TIMEOUT_S = 300.0
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -71,10 +80,41 @@ def _task_spec(text: str) -> str:
     return text
 
 
+class UsageError(ValueError):
+    """The command line cannot run: one line naming the argument, the value and what is
+    allowed. ``field``: the :class:`TrainConfig` field at fault, when one is."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def unusable_directory(path: Path) -> str | None:
+    """Why ``path`` cannot hold checkpoints, or None. A missing directory is fine when it can
+    be created: its nearest existing ancestor is a directory this process may write. Nothing
+    is created, so a refusal leaves nothing behind."""
+    try:
+        if path.exists():
+            if not path.is_dir():
+                return "exists and is not a directory"
+            if not os.access(path, os.W_OK | os.X_OK):
+                return "is a directory this user may not write"
+            return None
+        ancestor = next(parent for parent in path.absolute().parents if parent.exists())
+    except OSError as error:  # e.g. a parent this user may not search
+        return f"cannot be inspected ({error.strerror or error})"
+    if not ancestor.is_dir():
+        return f"cannot be created: {ancestor} is not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot be created: {ancestor} is a directory this user may not write"
+    return None
+
+
 def _checkpoint_dir(text: str) -> Path:
     path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    problem = unusable_directory(path)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
     return path
 
 
@@ -162,7 +202,7 @@ class TrainConfig:
         ),
     )
     pg_timeout: float = field(
-        default=300.0,
+        default=DEFAULT_PG_TIMEOUT_S,
         metadata=_cli(
             "process-group timeout in seconds, bounds any hang (default: %(default)g)",
             type=_positive_seconds,
@@ -206,8 +246,36 @@ class TrainConfig:
         return hashlib.sha256(encoded).hexdigest()[:16]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """Raises :class:`UsageError` instead of printing the usage and exiting, so the caller
+    decides who says it (rank 0 only, or the local runner before anything starts), and
+    knows which field an argument sets."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.field_of: dict[str, str] = {}  # argparse's name of an argument -> field
+        super().__init__(exit_on_error=False, **kwargs)
+
+    def add_argument(self, *names: str, **spelling: Any) -> argparse.Action:
+        action = super().add_argument(*names, **spelling)
+        # The names argparse's errors use: "--a/--b" for a flag, the metavar of a positional.
+        for name in (action.metavar, "/".join(action.option_strings)):
+            if name:
+                self.field_of[name] = action.dest
+        return action
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+    def parse_config_args(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        try:
+            return self.parse_args(argv)
+        except argparse.ArgumentError as error:
+            field = self.field_of.get(error.argument_name or "")
+            raise UsageError(str(error), field) from None
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(
         prog="python -m trainer",
         description="Fault-tolerant, resumable DDP trainer (run it under torchrun).",
     )
@@ -230,16 +298,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """The validated config; raises :class:`UsageError` (``--help`` still prints and exits)."""
+    args = build_parser().parse_config_args(argv)
     if args.init_optimizer and args.init_from is None:
-        parser.error("--init-optimizer needs --init-from PATH (the run to take it from)")
+        raise UsageError(
+            "--init-optimizer needs --init-from PATH (the run to take it from)", "init_optimizer"
+        )
     if args.init_from is not None:
         source, own = args.init_from.resolve(), args.checkpoint_dir.resolve()
         if source == own or own in source.parents:
-            parser.error(
+            raise UsageError(
                 f"argument --init-from: {str(args.init_from)!r} is inside this run's "
                 f"--checkpoint-dir {str(args.checkpoint_dir)!r}; a warm start writes to a new "
-                "directory, so pass another --checkpoint-dir"
+                "directory, so pass another --checkpoint-dir",
+                "init_from",
             )
     return TrainConfig(**{spec.name: getattr(args, spec.name) for spec in fields(TrainConfig)})

@@ -1,13 +1,18 @@
 """Process-group lifetime: pick device/backend from what the machine has, initialise with a
-bounded timeout, and tear down with a barrier so no rank leaves while another still talks."""
+bounded timeout, tear down with a barrier so no rank leaves while another still talks, and end
+the process without the interpreter's finalization (see :func:`run_and_exit`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -94,3 +99,40 @@ def all_gather_object(ctx: DistContext, value: object) -> list[object]:
     gathered: list[object] = [None] * ctx.world_size
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def run_and_exit(entry: Callable[[], int]) -> NoReturn:
+    """Run a process's main function, then end the process with ``os._exit`` once its output
+    is flushed, skipping the interpreter's finalization.
+
+    Why: gloo runs collectives on worker threads of its own, and such a thread drops its
+    reference to a finished collective a moment after the caller's wait returned. When that was
+    the last reference to a tensor created from Python (``all_gather_object`` and
+    ``broadcast_object_list`` make them), the thread takes the GIL to release it. Once
+    finalization has begun, CPython ends any thread that takes the GIL with ``pthread_exit``,
+    which cannot unwind through gloo's C++ frames: ``std::terminate``, "terminate called
+    without an active exception", SIGABRT, exit code 134, after a run that had finished (or
+    stopped with its checkpoint committed). torch guards that release only with
+    ``Py_IsInitialized``, which stays true during finalization (pytorch/pytorch#190489). A
+    process group that ``destroy_process_group`` has shut down keeps those threads, so the
+    window exists at every exit; without finalization there is no window.
+
+    Everything this process owns is closed before ``entry`` returns (the checkpoint writer and
+    its threads, the process group); an exception is printed as Python would print it and
+    exits 1, and ``record`` has written torchrun's error file by then."""
+    try:
+        code = entry()
+    except SystemExit as stop:  # --help, or a library's sys.exit
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except KeyboardInterrupt:  # before the trainer's own SIGINT handler was installed
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing left to say
+            stream.flush()
+    os._exit(code)

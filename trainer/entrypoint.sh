@@ -8,11 +8,14 @@
 # Older operators (v1.6 and earlier) set only MASTER_ADDR/MASTER_PORT, WORLD_SIZE (the number of
 # pods) and RANK (the pod's index), which torchrun itself ignores: without PET_NNODES the node
 # count and rank come from those. The script says which source it used.
-# torchrun is exec'd so it receives the pod's SIGTERM directly and its exit code is ours.
+# torchrun is exec'd so it receives the pod's SIGTERM directly and its exit code is ours. It runs
+# as `python3 -m trainer.launch` (TRAINER_PYTHON overrides the interpreter): torchrun's own
+# launcher, which exits with the trainer's code (2 refused, 143 stopped by SIGTERM with a
+# checkpoint committed) where `torchrun` would exit 1, so a restart policy can tell them apart.
 set -euo pipefail
 
 die() {
-  echo "entrypoint.sh: $*" >&2
+  echo "entrypoint.sh: error: $*" >&2
   exit 2
 }
 
@@ -76,7 +79,7 @@ fi
 
 echo "entrypoint.sh: torchrun nnodes=$nnodes node_rank=$node_rank nproc_per_node=$nproc_per_node" \
   "master=$master_addr:$master_port max_restarts=$max_restarts (nodes and rank from $source)" >&2
-exec "${TORCHRUN:-torchrun}" \
+exec "${TRAINER_PYTHON:-python3}" -m trainer.launch \
   --nnodes "$nnodes" \
   --node-rank "$node_rank" \
   --nproc-per-node "$nproc_per_node" \

@@ -1,5 +1,5 @@
-"""The training loop: resume from the point rank 0 chose, train with DDP, checkpoint on
-schedule / on SIGTERM / at the end, and shut the process group down cleanly.
+"""The training loop: resume from the point rank 0 chose (``trainer.resume``), train with DDP,
+checkpoint on schedule / on SIGTERM / at the end, and shut the process group down cleanly.
 
 Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
 rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
@@ -29,48 +29,28 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.async_writer import CheckpointWriter
-from trainer.checkpoint import (
-    REJECTED_DIR,
-    WRITE_DELAY_ENV,
-    CheckpointError,
-    CheckpointStore,
-    find_resumable,
-    load_checkpoint,
-    read_manifest,
-    read_verified,
-    remove_stale_temporaries,
-    set_aside_skipped,
-)
+from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_checkpoint
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
-from trainer.cli import TrainConfig, parse_config
+from trainer.cli import (
+    DEFAULT_PG_TIMEOUT_S,
+    EXIT_REFUSED,
+    TrainConfig,
+    UsageError,
+    parse_config,
+)
 from trainer.data import ShardedBatches
 from trainer.distributed import (
     DistContext,
     all_gather_object,
-    broadcast_object,
     configure_logging,
     init_distributed,
     shutdown,
 )
 from trainer.metrics import MetricsLog, rewind
+from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
 from trainer.task import Task, TaskContext, build_task
 
 LOG = logging.getLogger("trainer")
-
-
-class ResumeRefusedError(RuntimeError):
-    """The checkpoint directory belongs to a different run (world size, config, format)."""
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """Where training starts. ``path``: this run's own checkpoint to resume. ``origin``: for a
-    warm start, the checkpoint whose weights seed this new run (path, sha256, epochs, config)."""
-
-    path: str | None
-    epochs_completed: int
-    step_in_epoch: int
-    origin: dict[str, Any] | None = None
 
 
 class StopAgreement:
@@ -180,118 +160,6 @@ def restore_rng(state: dict[str, Any]) -> None:
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     version, py_state, gauss_py = state["python"]
     random.setstate((version, tuple(py_state), gauss_py))
-
-
-def decide_resume(
-    ctx: DistContext, config: TrainConfig
-) -> tuple[ResumePoint, TrainingCheckpoint | None]:
-    """Rank 0 decides, everyone follows: ranks never disagree about whether/where to resume.
-    Rank 0 also gets the state it verified, so the restore does not read the file again."""
-    decision: dict[str, Any] = {}
-    state: TrainingCheckpoint | None = None
-    if ctx.is_main:
-        try:
-            point, state = _choose(ctx, config)
-            decision = {"point": point}
-        except (CheckpointError, ResumeRefusedError, OSError) as error:
-            decision = {"error": f"{type(error).__name__}: {error}"}
-    decision = broadcast_object(ctx, decision)  # type: ignore[assignment]
-    if "error" in decision:
-        raise ResumeRefusedError(decision["error"])
-    return decision["point"], state
-
-
-def _choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint | None]:
-    directory = config.checkpoint_dir
-    directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(directory)
-    found = find_resumable(directory)
-    if found is None:
-        if config.init_from is not None:
-            return _choose_warm_start(config)
-        LOG.info("no checkpoint in %s: starting from scratch", directory)
-        return ResumePoint(None, 0, 0), None
-    if config.init_from is not None:
-        LOG.info(
-            "%s already has this run's checkpoints: resuming them (--init-from %s only seeds a "
-            "fresh run)",
-            directory,
-            config.init_from,
-        )
-    saved = found.checkpoint
-    saved_world = saved.world_size
-    if saved_world != ctx.world_size:
-        raise ResumeRefusedError(
-            f"checkpoint {found.path} was written with world size {saved_world}, but this run has "
-            f"world size {ctx.world_size}; resume with {saved_world} processes in total "
-            f"(nnodes x nproc-per-node) or use a new --checkpoint-dir"
-        )
-    if saved.config_fingerprint != config.fingerprint():
-        raise ResumeRefusedError(
-            f"checkpoint {found.path} was written with config {saved.config} "
-            f"(fingerprint {saved.config_fingerprint}), but this run has config "
-            f"{config.semantic_config()} (fingerprint {config.fingerprint()}); use the same "
-            f"--task/--batch_size/--dataset-size/--seed to resume it, or, to continue from its "
-            f"weights with the new settings, start a new run with --init-from {directory} "
-            f"--checkpoint-dir NEW_DIR (job.initFrom and a new job.name in a stack)"
-        )
-    if found.skipped:
-        LOG.warning(
-            "resuming from %s, an OLDER checkpoint, because: %s",
-            found.path,
-            "; ".join(found.skipped),
-        )
-        moved = set_aside_skipped(directory, found)
-        LOG.warning(
-            "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
-            directory / REJECTED_DIR,
-            ", ".join(path.name for path in moved) or "(files already gone)",
-        )
-    LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
-    point = ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
-    return point, saved
-
-
-def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint]:
-    """The checkpoint --init-from names: a file (checked against its directory's manifest when
-    it is listed there) or a directory's newest verified checkpoint."""
-    source = config.init_from
-    assert source is not None
-    where = f"--init-from {source}"
-    if source.is_dir():
-        found = find_resumable(source)
-        if found is None:
-            raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
-        path, state, sha256 = found.path, found.checkpoint, found.entry.sha256
-    elif source.is_file():
-        listed = {entry.file: entry for entry in read_manifest(source.parent)}
-        entry = listed.get(source.name)
-        try:
-            state, sha256 = read_verified(
-                source, entry.sha256 if entry else None, entry.size if entry else None
-            )
-        except CheckpointError as error:
-            raise CheckpointError(f"{where}: {error}") from error
-        path = source
-    else:
-        raise CheckpointError(f"{where}: no such file or directory")
-    origin = {
-        "path": str(path),
-        "sha256": sha256,
-        "epochs_completed": state.epochs_run,
-        "config": state.config,
-        "config_fingerprint": state.config_fingerprint,
-        "optimizer_state": config.init_optimizer,
-    }
-    LOG.info(
-        "warm start: new run in %s from the weights of %s (%d epochs completed, config %s)%s",
-        config.checkpoint_dir,
-        path,
-        origin["epochs_completed"],
-        origin["config"],
-        " and its optimizer state" if config.init_optimizer else "",
-    )
-    return ResumePoint(None, 0, 0, origin), state
 
 
 class EpochLoss:
@@ -554,17 +422,27 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
     return stop.exit_code()
 
 
-@record  # under torchrun, the failing rank's traceback lands in torchrun's error report
+@record  # an unexpected exception's message reaches the launcher (see trainer.launch)
 def main(argv: Sequence[str] | None = None) -> int:
-    config = parse_config(argv)
-    ctx = init_distributed(config.pg_timeout)
-    configure_logging(ctx.rank)
+    """A refusal (bad arguments, a checkpoint directory of another run) is one line from rank 0
+    and EXIT_REFUSED, never a traceback: a user's mistake, which no restart can fix. Every rank
+    refuses the same thing; the others wait for rank 0 at the closing barrier, so that none
+    exits first and has torchrun stop rank 0 before it said why."""
+    refusal: str | None = None
     try:
-        code = train(config, ctx)
-    except ResumeRefusedError as error:
-        LOG.error("refusing to resume: %s", error)
-        print(f"error: refusing to resume: {error}", file=sys.stderr)
-        code = 1
+        config: TrainConfig | None = parse_config(argv)
+    except UsageError as error:
+        config, refusal = None, f"error: {error}"
+    ctx = init_distributed(config.pg_timeout if config is not None else DEFAULT_PG_TIMEOUT_S)
+    configure_logging(ctx.rank)
+    code = EXIT_REFUSED
+    if config is not None:
+        try:
+            code = train(config, ctx)
+        except ResumeRefusedError as error:
+            refusal = f"error: refusing to start: {error}"
+    if refusal is not None and ctx.is_main:
+        print(refusal, file=sys.stderr, flush=True)
     # Training is over (and, on success, its last checkpoint is committed): a failing teardown
     # must not turn a finished run into a failed pod, so it is logged, not raised.
     try:

@@ -7,12 +7,13 @@ CLI prints as one clean line, no traceback) naming the key, the value and what i
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 
-from tests.pulumi_harness import run_program
+from tests.pulumi_harness import REPO_ROOT, run_program
 
 PROD_SECRETS = {"registryPassword": "not-real"}
 
@@ -27,7 +28,6 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, str] | None, str, str | No
     ("nodes-out-of-range", "dev", {"job": {"nodes": 0}}, None, "job.nodes", "0"),
     ("gpus-negative", "prod", {"job": {"gpusPerNode": -2}}, PROD_SECRETS, "job.gpusPerNode", "-2"),
     ("bad-job-name", "dev", {"job": {"name": "DDP_dev"}}, None, "job.name", "'DDP_dev'"),
-    ("save-every-too-big", "dev", {"job": {"saveEvery": 60}}, None, "job.saveEvery", "60"),
     ("bad-wait-for", "dev", {"job": {"waitFor": "finished"}}, None, "job.waitFor", "'finished'"),
     ("bad-memory", "dev", {"job": {"memory": "2GB"}}, None, "job.memory", "'2GB'"),
     ("label-not-string", "dev", {"labels": {"team": 7}}, None, "labels.team", "7"),
@@ -112,6 +112,31 @@ def test_bad_config_fails_before_any_resource(
     assert result.error.__suppress_context__ or result.error.__context__ is None
     assert result.resources == []
     assert result.outputs == {}
+
+
+def test_keys_under_a_misspelt_namespace_fail_before_any_resource(tmp_path: Path) -> None:
+    """`pytorch_distributed:job` is read by nothing: without this the job would run with the
+    defaults (100 epochs, 1 GPU per node) and no word."""
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    stack = tmp_path / "Pulumi.typo.yaml"
+    stack.write_text(dev.replace("pytorch-distributed:job:", "pytorch_distributed:job:"))
+    result = run_program(stack)
+    assert isinstance(result.error, pulumi.RunError), result.error
+    message = str(result.error)
+    assert "\n" not in message
+    assert "config key 'pytorch_distributed:job'" in message
+    assert "this project's keys are pytorch-distributed:<key>" in message
+    assert result.resources == []
+
+
+def test_saving_less_often_than_the_epoch_count_is_a_valid_stack() -> None:
+    """The trainer always saves the last epoch: saveEvery beyond totalEpochs saves only that."""
+    result = run_program("dev", overrides={"job": {"saveEvery": 60}})
+    assert result.error is None, result.error
+    job = result.one("kubernetes:kubeflow.org/v1:PyTorchJob").inputs
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    trainer_args = container["args"][container["args"].index("--") + 1 :]
+    assert trainer_args[2:4] == ["6", "60"]  # TOTAL_EPOCHS 6, SAVE_EVERY 60
 
 
 def test_secret_password_is_never_echoed_in_errors() -> None:

@@ -15,6 +15,7 @@ import pytest
 from components.settings import (
     DEFAULT_BASE_IMAGE,
     PASSWORD_KEY,
+    PROVIDER_NAMESPACES,
     REDACTED,
     TABLE_END,
     TABLE_START,
@@ -171,7 +172,6 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
     ("nodes-bool", with_values(job={"nodes": True}), None, "job.nodes"),
     ("gpus-negative", with_values(job={"gpusPerNode": -1}), None, "job.gpusPerNode"),
     ("batch-zero", with_values(job={"batchSize": 0}), None, "job.batchSize"),
-    ("save-after-end", with_values(job={"totalEpochs": 4, "saveEvery": 5}), None, "job.saveEvery"),
     ("bad-job-name", with_values(job={"name": "DDP_Run"}), None, "job.name"),
     ("job-name-digit", with_values(job={"name": "1run"}), None, "job.name"),
     ("job-name-long", with_values(job={"name": "a" * 49}), None, "job.name"),
@@ -344,6 +344,94 @@ def test_stack_file_errors(tmp_path: Path) -> None:
     )
     with pytest.raises(SettingsError, match=r"pytorch-distributed:job\.nodes"):
         load_stack_file("bad", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "config:\n  pytorch-distributed:job: {nodes: 2\n",
+            r"is not valid YAML \(line 3, column 1\)",
+        ),
+        ("- a list\n", "expected a mapping with a 'config' mapping in it"),
+        ("config: [a, b]\n", "expected a mapping with a 'config' mapping in it"),
+    ],
+)
+def test_a_stack_file_that_is_not_a_config_mapping_is_one_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    (tmp_path / "Pulumi.s.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(SettingsError, match=expected) as refused:
+        load_stack_file("s", tmp_path)
+    assert "\n" not in str(refused.value)
+
+
+def test_an_unknown_stack_lists_the_stacks_there(tmp_path: Path, repo_root: Path) -> None:
+    with pytest.raises(SettingsError) as unknown:
+        load_stack_file("dve", repo_root)
+    assert str(unknown.value) == (
+        f"stack 'dve': no stack file {repo_root / 'Pulumi.dve.yaml'}; the stacks in {repo_root} "
+        "are dev, prod"
+    )
+    with pytest.raises(SettingsError, match=r"the stacks in .* are none \(no Pulumi\.<stack>"):
+        load_stack_file("dev", tmp_path)
+
+
+@pytest.mark.parametrize("namespace", ["pytorch_distributed", "pytorch-distrubuted", "pytorch"])
+def test_keys_under_another_namespace_are_refused_naming_the_projects(
+    tmp_path: Path, namespace: str
+) -> None:
+    (tmp_path / "Pulumi.s.yaml").write_text(
+        "config:\n"
+        "  pytorch-distributed:image: {repository: r.example.com/t}\n"
+        f"  {namespace}:job: {{totalEpochs: 3}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(SettingsError) as refused:
+        load_stack_file("s", tmp_path)
+    message = str(refused.value)
+    assert f"config key '{namespace}:job'" in message
+    assert "this project's keys are pytorch-distributed:<key> (e.g. pytorch-distributed:job)" in (
+        message
+    )
+
+
+def test_the_providers_namespaces_are_left_to_the_providers(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.s.yaml").write_text(
+        "config:\n"
+        "  pulumi:disable-default-providers: [kubernetes, docker]\n"
+        "  kubernetes:context: kind-dev\n"
+        "  docker:host: unix:///run/podman/podman.sock\n"
+        "  pytorch-distributed:image: {repository: r.example.com/t}\n",
+        encoding="utf-8",
+    )
+    assert load_stack_file("s", tmp_path).image.repository == "r.example.com/t"
+
+
+def test_the_providers_namespaces_are_those_of_the_programs_providers(repo_root: Path) -> None:
+    """A provider the components start using needs its namespace allowed, or its config would
+    be refused; one they stop using must not keep a typo's door open."""
+    imported = set()
+    for module in (repo_root / "components").glob("*.py"):
+        imported |= set(re.findall(r"^import pulumi_(\w+)", module.read_text(), re.MULTILINE))
+    assert set(PROVIDER_NAMESPACES) == {"pulumi", *imported}
+
+
+def test_saving_less_often_than_the_epoch_count_is_valid() -> None:
+    """The trainer always saves the last epoch."""
+    settings = parse_settings(with_values(job={"totalEpochs": 4, "saveEvery": 5}))
+    assert (settings.job.total_epochs, settings.job.save_every) == (4, 5)
+
+
+def test_the_cli_config_is_checked_for_other_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(pulumi.RunError, match="config key 'pytorch_distributed:job'"):
+        _load_with_cli_env(
+            monkeypatch,
+            {
+                "pytorch-distributed:image": json.dumps({"repository": "r.example.com/t"}),
+                "pytorch_distributed:job": json.dumps({"nodes": 3}),
+            },
+        )
 
 
 def _load_with_cli_env(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> Any:

@@ -130,6 +130,6 @@ def test_ctrl_c_is_forwarded_into_the_containers_and_none_is_left(
     assert run.runner.returncode == 128 + signal.SIGINT, out
     assert "[run_local] SIGINT received: stopping every replica" in out
     assert f"[{MASTER}]" in out and "received SIGTERM" in out  # reached the containers' trainers
-    assert f"job {JOB}: Interrupted" in out
+    assert f"job {JOB}: stopped by Ctrl-C at epoch" in out
     assert 1 <= committed_epochs(checkpoint_dir) < 50
     assert containers_labelled(label) == [], "containers outlived the run"

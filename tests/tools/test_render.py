@@ -133,8 +133,22 @@ def test_unknown_stack_is_a_clear_error(tmp_path: Path) -> None:
     result = run_render("no-such-stack", tmp_path / "out")
 
     assert result.returncode == 2
-    assert "Pulumi.no-such-stack.yaml does not exist" in result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: stack 'no-such-stack': no stack file {REPO_ROOT / 'Pulumi.no-such-stack.yaml'}; "
+        f"the stacks in {REPO_ROOT} are dev, prod"
+    ]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.write_text("keep me")
+
+    result = run_render("dev", out)
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: --out = '{out}': File exists: {out}"]
+    assert out.read_text() == "keep me"
 
 
 def normalized(value: Any, image: str) -> Any:

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from components.manifests import pytorchjob_manifest
 from components.settings import SettingsError, load_stack_file
 from tests.conftest import committed_epochs, wait_for_runner
 from tools import procs
 from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
+from tools.run_local import main as run_local_main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = "ddp-dev"  # job.name of the dev stack
@@ -125,10 +127,62 @@ def running_past_a_checkpoint(tmp_path: Path, run: tuple[str, ...]) -> Iterator[
 
 def overrides(**values: int | None) -> argparse.Namespace:
     return argparse.Namespace(
-        epochs=values.get("epochs"),
+        total_epochs=values.get("epochs"),
         save_every=values.get("save_every"),
         dataset_size=values.get("dataset_size"),
     )
+
+
+def run_local_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_local_command(*args),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its bytes: what a refused run must leave exactly as is."""
+    if root.is_file():
+        return {"": root.read_bytes()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def committed_run(directory: Path, *, dataset_size: int = 256, world_size: int = 2) -> None:
+    """`directory` as a dev-job run with these settings leaves it: one committed checkpoint,
+    written by the trainer's own store and config, no training needed."""
+    from trainer.checkpoint import CheckpointStore
+    from trainer.checkpoint_schema import TrainingCheckpoint
+    from trainer.cli import TrainConfig
+
+    config = TrainConfig(
+        total_epochs=4, save_every=1, checkpoint_dir=directory, dataset_size=dataset_size
+    )
+    directory.mkdir(parents=True)
+    state = TrainingCheckpoint(
+        model_state={"weight": torch.zeros(1, 20), "bias": torch.zeros(1)},
+        epochs_run=2,
+        world_size=world_size,
+        config_fingerprint=config.fingerprint(),
+        config=config.semantic_config(),
+    ).to_state()
+    CheckpointStore(directory, keep=2).commit(state, epochs=2, step=0)
+
+
+def refused(capsys: pytest.CaptureFixture[str], *args: str, stack_dir: Path = REPO_ROOT) -> str:
+    """`python -m tools.run_local` in this process: exit code 2 and one line of error, checked;
+    returns that line."""
+    code = run_local_main(["--stack-dir", str(stack_dir), *args])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert out == "", out  # nothing started
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
 
 
 # -- the job spec as local processes ----------------------------------------------------------
@@ -245,24 +299,167 @@ def test_without_enough_gpus_the_job_runs_on_the_cpu_with_a_notice() -> None:
     [
         (["--epochs", "0"], "--epochs = '0': expected a positive integer"),
         (["--dataset-size", "many"], "--dataset-size = 'many': expected a positive integer"),
-        (["--epochs", "2", "--save-every", "3"], "save every 3 epochs"),
     ],
 )
 def test_bad_flags_are_rejected_before_anything_runs(
     tmp_path: Path, flags: list[str], message: str
 ) -> None:
     root = tmp_path / "claim"
-    result = subprocess.run(
-        run_local_command("--stack", "dev", "--checkpoint-root", str(root), *flags),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_local_cli("--stack", "dev", "--checkpoint-root", str(root), *flags)
 
     assert result.returncode == 2
     assert message in result.stderr
+    assert not root.exists()
+
+
+def test_saving_less_often_than_the_epoch_count_is_allowed() -> None:
+    """The trainer always saves the last epoch, so --save-every beyond --epochs means: only
+    the final checkpoint."""
+    settings = apply_overrides(load_stack_file("dev", REPO_ROOT), overrides(epochs=2, save_every=5))
+    assert (settings.job.total_epochs, settings.job.save_every) == (2, 5)
+
+
+def test_a_checkpoint_root_that_is_a_file_is_one_line_and_nothing_changes(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "claim"
+    root.write_text("not a directory\n")
+
+    result = run_local_cli("--stack", "dev", "--checkpoint-root", str(root))
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: --checkpoint-root = '{root}': exists and is not a directory; pass a directory "
+        "this user can write (it is created if missing)"
+    ]
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert root.read_text() == "not a directory\n"
+
+
+def test_a_checkpoint_root_that_cannot_be_created_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "file"
+    afile.write_text("")
+    line = refused(capsys, "--stack", "dev", "--checkpoint-root", str(afile / "claim"))
+    assert f"--checkpoint-root = '{afile / 'claim'}': cannot be created: {afile} is not a" in line
+    assert sorted(tmp_path.iterdir()) == [afile]
+
+
+def test_a_job_directory_that_is_a_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / JOB).write_text("x")
+    line = refused(capsys, "--stack", "dev", "--checkpoint-root", str(tmp_path))
+    assert f"--checkpoint-root = '{tmp_path}': the job's directory" in line
+    assert f"'{tmp_path / JOB}' exists and is not a directory" in line
+    assert files_under(tmp_path) == {JOB: b"x"}
+
+
+def test_checkpoints_of_another_dataset_size_are_refused_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    committed_run(tmp_path / JOB, dataset_size=256)
+    before = files_under(tmp_path)
+
+    line = refused(
+        capsys,
+        "--stack",
+        "dev",
+        "--checkpoint-root",
+        str(tmp_path),
+        *SMALL_RUN[:4],
+        "--dataset-size",
+        "512",
+    )
+
+    assert line.startswith(
+        f"error: --dataset-size (job.datasetSize) = 512: the checkpoints in {tmp_path / JOB} "
+        "were written with 256"
+    ), line
+    assert "use 256 to resume them" in line and "job.initFrom and a new job.name" in line
+    assert files_under(tmp_path) == before  # nothing created, moved or lost
+    # The stack's own value is named by its key alone (dev's datasetSize is 1024).
+    line = refused(capsys, "--stack", "dev", "--checkpoint-root", str(tmp_path))
+    assert line.startswith("error: job.datasetSize = 1024: the checkpoints in"), line
+
+
+def test_checkpoints_of_another_world_size_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    committed_run(tmp_path / JOB, world_size=4)
+    before = files_under(tmp_path)
+    line = refused(
+        capsys, "--stack", "dev", "--checkpoint-root", str(tmp_path), "--dataset-size", "256"
+    )
+    assert line.startswith(
+        f"error: job.nodes x job.gpusPerNode = 2 processes: the checkpoints in {tmp_path / JOB} "
+        "were written by 4 processes"
+    ), line
+    assert files_under(tmp_path) == before
+
+
+def test_matching_checkpoints_pass_the_preflight(tmp_path: Path) -> None:
+    from tools.run_local import preflight
+
+    committed_run(tmp_path / JOB, dataset_size=256)
+    settings = apply_overrides(load_stack_file("dev", REPO_ROOT), overrides(dataset_size=256))
+    job = pytorchjob_manifest(settings, image="local")
+    args = argparse.Namespace(**vars(overrides()), backend="process")
+    preflight(job, settings, args, checkpoint_root=tmp_path, repo_root=REPO_ROOT)
+
+
+def test_a_task_the_trainer_cannot_import_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    (tmp_path / "Pulumi.notask.yaml").write_text(
+        dev.replace("    backoffLimit: 3", "    backoffLimit: 3\n    task: nowhere:build")
+    )
+    root = tmp_path / "claim"
+    line = refused(capsys, "--stack", "notask", "--checkpoint-root", str(root), stack_dir=tmp_path)
+    assert line.startswith("error: job.task: argument --task: cannot import module 'nowhere'")
+    assert not root.exists()
+
+
+def test_with_containers_a_task_only_the_image_has_is_left_to_the_container(
+    tmp_path: Path,
+) -> None:
+    """The image may ship a task this checkout lacks; its name still decides the resume."""
+    from tools.run_local import preflight
+
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    (tmp_path / "Pulumi.imagetask.yaml").write_text(
+        dev.replace("    backoffLimit: 3", "    backoffLimit: 3\n    task: inimage:build")
+    )
+    settings = load_stack_file("imagetask", tmp_path)
+    job = pytorchjob_manifest(settings, image="localhost/trainer:test")
+    root = tmp_path / "claim"
+    containers = argparse.Namespace(**vars(overrides()), backend="container")
+    preflight(job, settings, containers, checkpoint_root=root, repo_root=REPO_ROOT)
+    with pytest.raises(LocalRunError, match=r"job\.task: argument --task: cannot import"):
+        processes = argparse.Namespace(**vars(overrides()), backend="process")
+        preflight(job, settings, processes, checkpoint_root=root, repo_root=REPO_ROOT)
+    committed_run(root / JOB)  # checkpoints of the default task: a different run
+    with pytest.raises(LocalRunError, match=r"job\.task = 'inimage:build': the checkpoints in"):
+        preflight(job, settings, containers, checkpoint_root=root, repo_root=REPO_ROOT)
+
+
+def test_an_unknown_stack_lists_the_existing_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(capsys, "--stack", "dve")
+    assert line.endswith(f"the stacks in {REPO_ROOT} are dev, prod"), line
+
+
+def test_keys_under_another_namespace_are_refused_naming_the_projects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    typo = dev.replace("pytorch-distributed:job:", "pytorch_distributed:job:")
+    (tmp_path / "Pulumi.typo.yaml").write_text(typo)
+    root = tmp_path / "claim"
+    line = refused(capsys, "--stack", "typo", "--checkpoint-root", str(root), stack_dir=tmp_path)
+    assert "config key 'pytorch_distributed:job'" in line
+    assert "this project's keys are pytorch-distributed:<key>" in line
     assert not root.exists()
 
 
@@ -324,25 +521,47 @@ def test_ctrl_c_stops_the_job_and_leaves_no_process_behind(tmp_path: Path) -> No
 
     assert runner.returncode == 128 + signal.SIGINT, out
     assert "[run_local] SIGINT received: stopping every replica" in out
-    assert f"[{MASTER}]" in out and "received SIGTERM" in out  # forwarded to the trainer
-    assert f"job {JOB}: Interrupted" in out
-    assert 1 <= inspect_checkpoint(checkpoint_dir)["epochs_completed"] < 50
+    # Each replica's torchrun got one SIGTERM, forwarded it once to its trainer, which stopped
+    # with a checkpoint; both exit 143, the code of a stop a restart resumes.
+    assert out.count("death signal, shutting down workers") == 2, out
+    assert out.count("received SIGTERM: stopping after the current step") == 2, out
+    assert f"[run_local] {MASTER} exited with code 143" in out
+    assert f"[run_local] {WORKER} exited with code 143" in out
+    assert "Traceback" not in out and "terminate called" not in out
+    info = inspect_checkpoint(checkpoint_dir)
+    assert 1 <= info["epochs_completed"] < 50
+    epoch = info["epochs_completed"] + (1 if info["step_in_epoch"] else 0)
+    assert (
+        f"job {JOB}: stopped by Ctrl-C at epoch {epoch} (checkpoint saved); the same command "
+        "resumes it"
+    ) in out
 
 
 @pytest.mark.slow
 def test_master_failing_past_the_backoff_limit_fails_the_run(tmp_path: Path) -> None:
     dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
     broken = dev.replace("nodes: 2", "nodes: 1").replace("backoffLimit: 3", "backoffLimit: 1")
-    # A task that passes settings validation but cannot be imported: the trainer exits non-zero.
-    broken = broken.replace("    backoffLimit: 1", "    backoffLimit: 1\n    task: nowhere:task")
+    # A task that imports (the preflight accepts it) but fails building: the trainer exits 1.
+    task = "    task: brokentask:build"
+    broken = broken.replace("    backoffLimit: 1", f"    backoffLimit: 1\n{task}")
     (tmp_path / "Pulumi.failing.yaml").write_text(broken)
+    (tmp_path / "brokentask.py").write_text(
+        "def build(ctx):\n    raise ValueError('deliberately broken task')\n"
+    )
     marker = uuid.uuid4().hex
     claim = ("--checkpoint-root", str(tmp_path / "claim"))
 
-    runner = start_runner(marker, "--stack", "failing", "--stack-dir", str(tmp_path), *claim)
+    runner = start_runner(
+        marker, "--stack", "failing", "--stack-dir", str(tmp_path), *claim, PYTHONPATH=str(tmp_path)
+    )
     out = finish(runner, marker)
 
     assert runner.returncode == 1, out
-    assert f"job {JOB}: Failed ({MASTER} failed with exit code" in out
+    assert f"job {JOB}: Failed ({MASTER} failed with exit code 1" in out
     assert "reached backoffLimit 1" in out
     assert out.count(f"[{MASTER}] entrypoint.sh: torchrun") == 1  # limit 1: no restart
+    # The summary quotes the failing replica's last error line.
+    assert (
+        f"  last error:       [{MASTER}] error: trainer rank 0 failed with exit code 1: "
+        "ValueError: deliberately broken task"
+    ) in out

@@ -21,7 +21,8 @@ def test_a_missing_stack_file_is_one_line_and_exit_code_2(
 ) -> None:
     assert main(["--stack", "nope", "--stack-dir", str(tmp_path)], out=io.StringIO()) == NOT_FOUND
     err = capsys.readouterr().err
-    assert err.startswith("error: stack file ") and "does not exist" in err
+    # The settings' own words (components/settings.py), as every tool says them.
+    assert err.startswith("error: stack 'nope': no stack file "), err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from tests.tools.conftest import Job, outcome_of, recorded_pids
 from tools.procs import is_alive
-from tools.supervisor import ReplicaCommand, container_exit_code
+from tools.supervisor import JobOutcome, ReplicaCommand, container_exit_code
 
 MASTER = "job-master-0"
 WORKER = "job-worker-0"
@@ -123,6 +124,35 @@ def test_backoff_limit_zero_fails_on_the_first_failure(make_job: Callable[..., J
     assert job.runs(MASTER) == 1
 
 
+def test_a_failed_job_names_the_failing_replica_and_its_last_error_line(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(backoff_limit=0)
+    job.add(MASTER, "--say", "error: the first try", "--say", "error: the reason", "--exit", "2")
+    job.add(WORKER, "--forever", "--say", "ValueError: a later line, from another replica")
+
+    outcome = outcome_of(job.run())
+
+    assert outcome["status"] == "Failed" and outcome["failed_replica"] == MASTER
+    assert outcome["last_errors"][MASTER] == "error: the reason"
+    assert outcome["last_errors"][WORKER] == "ValueError: a later line, from another replica"
+
+
+def test_without_an_error_line_of_its_own_the_latest_of_any_replica_is_quoted() -> None:
+    """Rank 0 states a refusal once; the worker pod that failed first printed none."""
+    outcome = JobOutcome(
+        status="Failed",
+        reason="...",
+        restarts={},
+        exit_code=1,
+        failed_replica=WORKER,
+        last_errors={MASTER: "error: refusing to start: ..."},
+    )
+    assert outcome.last_error() == (MASTER, "error: refusing to start: ...")
+    outcome.last_errors[WORKER] = "error: its own"
+    assert outcome.last_error() == (WORKER, "error: its own")
+
+
 def test_restart_policy_never_fails_without_restarting(make_job: Callable[..., Job]) -> None:
     job = make_job(backoff_limit=5)
     job.add(MASTER, "--forever")
@@ -209,6 +239,9 @@ def test_interrupt_is_forwarded_and_leaves_no_process_behind(
     assert runner.returncode == 128 + sig
     assert f"{MASTER} got SIGTERM" in out  # forwarded like a pod deletion, not just killed
     assert f"{WORKER} got SIGTERM" in out
+    outcome = json.loads(out.splitlines()[-1].removeprefix("OUTCOME "))
+    assert outcome["status"] == "Interrupted" and outcome["signal_name"] == sig.name
+    assert outcome["exit_codes"] == {MASTER: 143, WORKER: 143}  # the stand-ins' stop code
     assert_nothing_left(job)
 
 
@@ -225,7 +258,8 @@ def test_replica_ignoring_sigterm_is_killed_after_the_grace_period(
     finally:
         if runner.poll() is None:
             runner.kill()
-    assert f"{MASTER} got SIGTERM" in out
+    # Signalled once (a pod deletion sends one SIGTERM), then killed after the grace period.
+    assert out.count(f"[{MASTER}] {MASTER} got SIGTERM") == 1, out
     assert f"killing {MASTER}" in out
     assert runner.returncode == 128 + signal.SIGINT
     assert_nothing_left(job)

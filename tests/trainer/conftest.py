@@ -26,7 +26,9 @@ from trainer.checkpoint import CheckpointError, describe, read_manifest
 from trainer.checkpoint_schema import TrainingCheckpoint
 
 PYTHON = sys.executable
-TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+TORCHRUN = (str(Path(sys.executable).with_name("torchrun")),)
+# torchrun as the pod runs it (trainer/entrypoint.sh): the trainer's exit code, no traceback.
+LAUNCH = (PYTHON, "-m", "trainer.launch")
 TIMEOUT_S = 180
 
 # One small run shared by many tests: 256 samples -> 4 steps per rank per epoch on 2 ranks.
@@ -43,9 +45,11 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def torchrun_command(args: Sequence[str], nproc: int = 2) -> list[str]:
+def torchrun_command(
+    args: Sequence[str], nproc: int = 2, launcher: Sequence[str] = TORCHRUN
+) -> list[str]:
     return [
-        TORCHRUN,
+        *launcher,
         "--nnodes",
         "1",
         "--nproc-per-node",
@@ -71,10 +75,14 @@ class Finished:
 
 
 def run_trainer(
-    args: Sequence[str], *, nproc: int = 2, env: dict[str, str] | None = None
+    args: Sequence[str],
+    *,
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+    launcher: Sequence[str] = TORCHRUN,
 ) -> Finished:
     done = subprocess.run(
-        torchrun_command(args, nproc),
+        torchrun_command(args, nproc, launcher),
         cwd=REPO_ROOT,
         env=trainer_env(env),
         stdout=subprocess.PIPE,
@@ -87,13 +95,20 @@ def run_trainer(
 
 
 class Background:
-    """A torchrun job in its own session, so the test can signal it like a kubelet would."""
+    """A torchrun job in its own session, so the test can signal it like a kubelet would; run
+    by ``trainer.launch``, as in the pod, unless told otherwise."""
 
-    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        launcher: Sequence[str] = LAUNCH,
+    ) -> None:
         self.log = log
         self._handle = log.open("w")
         self.process = subprocess.Popen(
-            torchrun_command(args),
+            torchrun_command(args, launcher=launcher),
             cwd=REPO_ROOT,
             env=trainer_env(env),
             stdout=self._handle,

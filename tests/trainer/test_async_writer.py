@@ -4,6 +4,8 @@ that every path commits through the store it was given."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -151,3 +153,35 @@ def test_without_shared_memory_a_thread_commits_through_the_store(
     )
     assert torch.equal(first.model_state["weight"], torch.full((4, 3), 1.0))
     assert writer.last_committed == read_manifest(tmp_path)[-1]
+
+
+def test_closing_with_the_writers_ready_unread_ends_it_cleanly(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose saves all stayed inline after the writer started (the final save is inline)
+    never reads its "ready". Closing the pipe over that unread message used to reach the writer
+    as a connection reset: a ConnectionResetError traceback in the middle of `make bench`."""
+    writer = CheckpointWriter(CheckpointStore(tmp_path, 2), background_min_bytes=0)
+    writer.prepare(fake_state(1.0, 1))  # a large state for this writer: it starts at once
+    assert writer._conn.poll(120), "the writer never said it was ready"  # there, unread
+    process = writer._process
+    writer.save(fake_state(1.0, 1), epochs_completed=1, step_in_epoch=0, final=True)
+    writer.close()
+    assert process.exitcode == 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_stop_signal_while_the_writer_starts_does_not_kill_it(tmp_path: Path) -> None:
+    """torchrun signals the trainer's whole process group, the writer's included; the writer
+    must outlive a SIGTERM that arrives while it is still importing torch."""
+    writer = CheckpointWriter(CheckpointStore(tmp_path, 2), background_min_bytes=0)
+    writer.prepare(fake_state(1.0, 1))
+    process = writer._process
+    os.kill(process.pid, signal.SIGTERM)  # seconds before its imports are done
+    wait_until(writer.writer_ready, "the writer process to start")
+    assert writer.writer_started, "the writer process died; a thread stands in for it"
+    writer.save(fake_state(2.0, 2), epochs_completed=2, step_in_epoch=0)
+    assert writer.last_mode == "background"
+    writer.close()
+    assert process.exitcode == 0
+    assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)[EPOCHS_RUN] == 2

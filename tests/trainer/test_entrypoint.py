@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT, pick_free_port
-from tests.trainer.conftest import TIMEOUT_S, TORCHRUN, inspect, trainer_env
+from tests.trainer.conftest import PYTHON, TIMEOUT_S, inspect, trainer_env
 
 ENTRYPOINT = REPO_ROOT / "trainer" / "entrypoint.sh"
 
 
 def pod_env(env: dict[str, str]) -> dict[str, str]:
     """The test's environment without any launcher variables, plus what the "operator" sets."""
-    base = trainer_env({"TORCHRUN": TORCHRUN})
+    base = trainer_env({"TRAINER_PYTHON": PYTHON})
     for name in [name for name in base if name.startswith(("PET_", "MASTER_"))]:
         del base[name]
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
@@ -68,12 +69,18 @@ def test_falls_back_to_master_addr_and_port(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_returns_torchruns_exit_code_on_a_bad_argument(tmp_path: Path) -> None:
-    env = {"PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": "127.0.0.1"}
+def test_the_pod_exits_with_the_trainers_code_and_one_error_line(tmp_path: Path) -> None:
+    """A refusal is permanent (2; torchrun itself would exit 1 for any failure): the restart
+    policy must be able to tell it from a preemption (143)."""
+    env = {"PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "127.0.0.1"}
     env["PET_MASTER_PORT"] = str(pick_free_port())
     done = run_entrypoint(["--", "10", "0", "--checkpoint-dir", str(tmp_path / "x")], env)
-    assert done.returncode == 1  # torchrun's "child failed" code
-    assert "argument SAVE_EVERY" in done.stdout + done.stderr
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert output.count("argument SAVE_EVERY") == 1, output  # rank 0 only
+    assert "Traceback" not in output
+    assert re.search(r"trainer\.launch: trainer rank [01] exited with code 2", output), output
+    assert not (tmp_path / "x").exists()
 
 
 def test_rejects_a_bad_max_restarts_before_launching() -> None:

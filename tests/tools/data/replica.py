@@ -36,6 +36,7 @@ def main() -> int:
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--grandchild", action="store_true", help="start a helper process")
     parser.add_argument("--escapee", action="store_true", help="start a helper in a new session")
+    parser.add_argument("--say", action="append", default=[], help="print this line first")
     args = parser.parse_args()
 
     args.pid_dir.mkdir(parents=True, exist_ok=True)
@@ -52,6 +53,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     print(f"{args.name} run {runs} started", flush=True)
+    for line in args.say:
+        print(line, flush=True)
     (args.pid_dir / f"{args.name}.ready").touch()
     if runs <= args.fail_runs:
         time.sleep(args.sleep)

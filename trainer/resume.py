@@ -1,0 +1,269 @@
+"""Where a run starts: its own newest verified checkpoint, a warm start's source, or scratch,
+and what makes a checkpoint directory refuse this run.
+
+The rule is here once and has two callers. The trainer applies it at start, on the checkpoint
+it verified (rank 0 decides, every rank follows). The local runner applies it before any
+process starts (:func:`preflight`), from the manifest alone, so a run whose settings do not
+match its checkpoints ends in one line instead of a restarted pod.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint import (
+    REJECTED_DIR,
+    CheckpointError,
+    find_resumable,
+    load_checkpoint,
+    read_manifest,
+    read_verified,
+    remove_stale_temporaries,
+    set_aside_skipped,
+)
+from trainer.checkpoint_schema import TrainingCheckpoint
+from trainer.cli import TrainConfig, unusable_directory
+from trainer.distributed import DistContext, broadcast_object
+
+LOG = logging.getLogger("trainer")
+WORLD_SIZE = "world_size"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """What differs between a checkpoint and this run: ``setting`` is ``world_size`` or a key
+    of :meth:`TrainConfig.semantic_config` (``config`` when the checkpoint does not say which:
+    then ``saved`` and ``current`` are the fingerprints)."""
+
+    setting: str
+    saved: Any
+    current: Any
+
+
+class ResumeRefusedError(RuntimeError):
+    """The checkpoint directory belongs to a different run (world size, config, format), or
+    cannot be used at all. Permanent: the same command fails the same way on every retry.
+    ``mismatch``: what differs, when that is the reason."""
+
+    def __init__(self, message: str, mismatch: Mismatch | None = None) -> None:
+        super().__init__(message)
+        self.mismatch = mismatch
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where training starts. ``path``: this run's own checkpoint to resume. ``origin``: for a
+    warm start, the checkpoint whose weights seed this new run (path, sha256, epochs, config)."""
+
+    path: str | None
+    epochs_completed: int
+    step_in_epoch: int
+    origin: dict[str, Any] | None = None
+
+
+def find_mismatch(
+    config: TrainConfig,
+    world_size: int,
+    *,
+    saved_world_size: int,
+    saved_fingerprint: str,
+    saved_config: Mapping[str, Any] | None,
+) -> Mismatch | None:
+    """The first reason a checkpoint with these saved values cannot be resumed by this run."""
+    if saved_world_size != world_size:
+        return Mismatch(WORLD_SIZE, saved_world_size, world_size)
+    if saved_fingerprint == config.fingerprint():
+        return None
+    current = config.semantic_config()
+    for key, value in current.items():
+        if saved_config is not None and key in saved_config and saved_config[key] != value:
+            return Mismatch(key, saved_config[key], value)
+    return Mismatch("config", saved_fingerprint, config.fingerprint())
+
+
+def refusal(
+    mismatch: Mismatch,
+    path: Path,
+    config: TrainConfig,
+    *,
+    saved_fingerprint: str,
+    saved_config: Mapping[str, Any] | None,
+) -> ResumeRefusedError:
+    """The trainer's words for a mismatch, naming its flags and the way out."""
+    directory = config.checkpoint_dir
+    if mismatch.setting == WORLD_SIZE:
+        return ResumeRefusedError(
+            f"checkpoint {path} was written with world size {mismatch.saved}, but this run has "
+            f"world size {mismatch.current}; resume with {mismatch.saved} processes in total "
+            "(nnodes x nproc-per-node) or use a new --checkpoint-dir",
+            mismatch,
+        )
+    saved = dict(saved_config) if saved_config is not None else "(not recorded)"
+    return ResumeRefusedError(
+        f"checkpoint {path} was written with config {saved} (fingerprint {saved_fingerprint}), "
+        f"but this run has config {config.semantic_config()} (fingerprint {config.fingerprint()}); "
+        "use the same --task/--batch_size/--dataset-size/--seed to resume it, or, to continue "
+        f"from its weights with the new settings, start a new run with --init-from {directory} "
+        "--checkpoint-dir NEW_DIR (job.initFrom and a new job.name in a stack)",
+        mismatch,
+    )
+
+
+def decide_resume(
+    ctx: DistContext, config: TrainConfig
+) -> tuple[ResumePoint, TrainingCheckpoint | None]:
+    """Rank 0 decides, everyone follows: ranks never disagree about whether/where to resume.
+    Rank 0 also gets the state it verified, so the restore does not read the file again."""
+    decision: dict[str, Any] = {}
+    state: TrainingCheckpoint | None = None
+    if ctx.is_main:
+        try:
+            point, state = choose(ctx, config)
+            decision = {"point": point}
+        except (ResumeRefusedError, CheckpointError) as error:
+            decision = {"error": str(error)}
+        except OSError as error:
+            decision = {"error": f"{type(error).__name__}: {error}"}
+    decision = broadcast_object(ctx, decision)  # type: ignore[assignment]
+    if "error" in decision:
+        raise ResumeRefusedError(decision["error"])
+    return decision["point"], state
+
+
+def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint | None]:
+    """Rank 0's decision (creates the directory, sets aside corrupt checkpoints)."""
+    directory = config.checkpoint_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(directory)
+    found = find_resumable(directory)
+    if found is None:
+        if config.init_from is not None:
+            return _choose_warm_start(config)
+        LOG.info("no checkpoint in %s: starting from scratch", directory)
+        return ResumePoint(None, 0, 0), None
+    if config.init_from is not None:
+        LOG.info(
+            "%s already has this run's checkpoints: resuming them (--init-from %s only seeds a "
+            "fresh run)",
+            directory,
+            config.init_from,
+        )
+    saved = found.checkpoint
+    mismatch = find_mismatch(
+        config,
+        ctx.world_size,
+        saved_world_size=saved.world_size,
+        saved_fingerprint=saved.config_fingerprint,
+        saved_config=saved.config,
+    )
+    if mismatch is not None:
+        raise refusal(
+            mismatch,
+            found.path,
+            config,
+            saved_fingerprint=saved.config_fingerprint,
+            saved_config=saved.config,
+        )
+    if found.skipped:
+        LOG.warning(
+            "resuming from %s, an OLDER checkpoint, because: %s",
+            found.path,
+            "; ".join(found.skipped),
+        )
+        moved = set_aside_skipped(directory, found)
+        LOG.warning(
+            "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
+            directory / REJECTED_DIR,
+            ", ".join(path.name for path in moved) or "(files already gone)",
+        )
+    LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
+    point = ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
+    return point, saved
+
+
+def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint]:
+    """The checkpoint --init-from names: a file (checked against its directory's manifest when
+    it is listed there) or a directory's newest verified checkpoint."""
+    source = config.init_from
+    assert source is not None
+    where = f"--init-from {source}"
+    if source.is_dir():
+        found = find_resumable(source)
+        if found is None:
+            raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
+        path, state, sha256 = found.path, found.checkpoint, found.entry.sha256
+    elif source.is_file():
+        listed = {entry.file: entry for entry in read_manifest(source.parent)}
+        entry = listed.get(source.name)
+        try:
+            state, sha256 = read_verified(
+                source, entry.sha256 if entry else None, entry.size if entry else None
+            )
+        except CheckpointError as error:
+            raise CheckpointError(f"{where}: {error}") from error
+        path = source
+    else:
+        raise CheckpointError(f"{where}: no such file or directory")
+    origin = {
+        "path": str(path),
+        "sha256": sha256,
+        "epochs_completed": state.epochs_run,
+        "config": state.config,
+        "config_fingerprint": state.config_fingerprint,
+        "optimizer_state": config.init_optimizer,
+    }
+    LOG.info(
+        "warm start: new run in %s from the weights of %s (%d epochs completed, config %s)%s",
+        config.checkpoint_dir,
+        path,
+        origin["epochs_completed"],
+        origin["config"],
+        " and its optimizer state" if config.init_optimizer else "",
+    )
+    return ResumePoint(None, 0, 0, origin), state
+
+
+def preflight(config: TrainConfig, world_size: int) -> None:
+    """Raise :class:`ResumeRefusedError` for what :func:`choose` would refuse, without creating,
+    moving or verifying anything: the directory cannot be used, its newest committed checkpoint
+    belongs to another run (from the manifest; the file is opened only to name what differs),
+    or a warm start's source directory holds no committed checkpoint. A corrupt newest
+    checkpoint is no reason to refuse: the trainer falls back to an older one."""
+    directory = config.checkpoint_dir
+    problem = unusable_directory(directory)
+    if problem is not None:
+        raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
+    try:
+        entries = read_manifest(directory) if directory.is_dir() else []
+        if not entries:
+            source = config.init_from
+            if source is not None and source.is_dir() and not read_manifest(source):
+                raise ResumeRefusedError(
+                    f"--init-from {source}: no committed checkpoint there (no manifest.json)"
+                )
+            return
+    except CheckpointError as error:
+        raise ResumeRefusedError(str(error)) from None
+    newest = entries[-1]
+    path = directory / newest.file
+    saved_config: Mapping[str, Any] | None = None
+    if newest.fingerprint != config.fingerprint():
+        try:  # mapped, not read: only the small CONFIG entry is needed, to say what differs
+            saved_config = load_checkpoint(path, mmap=True).config
+        except Exception as error:  # a file the trainer would set aside; the fingerprint decides
+            LOG.debug("cannot read the config of %s: %s", path, error)
+    mismatch = find_mismatch(
+        config,
+        world_size,
+        saved_world_size=newest.world_size,
+        saved_fingerprint=newest.fingerprint,
+        saved_config=saved_config,
+    )
+    if mismatch is not None:
+        raise refusal(
+            mismatch, path, config, saved_fingerprint=newest.fingerprint, saved_config=saved_config
+        )
