@@ -11,6 +11,8 @@ STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16
 STACK ?= dev
 # Extra flags for `pulumi preview|up|destroy` (make up PULUMI_ARGS=--yes).
 PULUMI_ARGS ?=
+# Extra flags for `make status` (STATUS_ARGS=--no-follow).
+STATUS_ARGS ?=
 # make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
 BACKEND ?= process
 IMAGE ?= localhost/pytorch-distributed-trainer:local
@@ -25,7 +27,7 @@ SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
 PYTEST_WORKERS ?= auto
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy bench clean pulumi-cli
+.PHONY: help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -110,6 +112,9 @@ up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi
 
 destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
 	scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
+
+status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follows the master's log to the end.
+	$(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)
 
 bench: $(STAMP) ## Trainer throughput and checkpoint-stall benchmark.
 	OMP_NUM_THREADS=1 $(BIN)/python bench/trainer_throughput.py

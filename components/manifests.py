@@ -14,6 +14,9 @@ Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies 
 - `spec.nprocPerNode` is a string field (`*string` in PyTorchJobSpec) that becomes
   PET_NPROC_PER_NODE;
 - the replica's `restartPolicy` (not the pod template's) decides how the operator restarts pods;
+  under `ExitCode` the pods get `restartPolicy: Never`, a pod that exited 128 or more is deleted
+  and recreated, one that exited 1-127 fails the job, and `backoffLimit` never applies (it sums
+  container restarts, and recreated pods have none);
 - it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`.
 """
 
@@ -49,12 +52,6 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
-# Running, or already Succeeded: a short job can finish before the await sees Running, and the
-# provider re-checks this on every update, also of a job that finished long ago.
-WAIT_FOR_RUNNING = (
-    'jsonpath={.status.conditions[?(@.status=="True" && '
-    '(@.type=="Running" || @.type=="Succeeded"))]}'
-)
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
@@ -271,23 +268,23 @@ def pod_template(settings: StackSettings, *, image: Any, replica_type: str) -> d
 def _replica(settings: StackSettings, *, image: Any, replica_type: str, replicas: int) -> dict:
     return {
         "replicas": replicas,
-        "restartPolicy": "OnFailure",
+        "restartPolicy": settings.job.restart_policy,
         "template": pod_template(settings, image=image, replica_type=replica_type),
     }
 
 
 def wait_annotations(settings: StackSettings) -> dict[str, str]:
-    """How long `pulumi up` waits on the job (pulumi-kubernetes 4.x await annotations).
+    """What the Kubernetes provider itself waits for once it has applied the job.
 
-    A PyTorchJob is a custom resource: pulumi-kubernetes waits for nothing beyond creation by
-    default, skips even that with `pulumi.com/skipAwait`, and with `pulumi.com/waitFor` waits until
-    the given condition holds (the operator sets the `Running` condition once all pods run).
+    A PyTorchJob is a custom resource: pulumi-kubernetes 4.x waits for nothing beyond its
+    creation, or skips even that with `pulumi.com/skipAwait`. Its `pulumi.com/waitFor` could wait
+    for a condition, but never fails on another one (a Failed job would hold `pulumi up` until
+    the timeout) and re-checks it on every later update of the job; so `running` and `succeeded`
+    are waited for by the job's resource hooks instead (components/job_outcome.py), after the
+    provider returns.
     """
-    wait_for = settings.job.wait_for
-    if wait_for == "none":
+    if settings.job.wait_for == "none":
         return {"pulumi.com/skipAwait": "true"}
-    if wait_for == "running":
-        return {"pulumi.com/waitFor": WAIT_FOR_RUNNING}
     return {}
 
 

@@ -64,12 +64,14 @@ Platform = Literal["kubeflow", "runai"]
 ImagePlatform = Literal["linux/amd64", "linux/arm64"]
 AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
 ImageBuilder = Literal["buildkit", "classic"]
-WaitFor = Literal["none", "created", "running"]
+WaitFor = Literal["none", "created", "running", "succeeded"]
+RestartPolicy = Literal["ExitCode", "OnFailure", "Never"]
 CleanPodPolicy = Literal["None", "Running", "All"]
 PLATFORMS: tuple[str, ...] = get_args(Platform)
 IMAGE_PLATFORMS: tuple[str, ...] = get_args(ImagePlatform)
 ACCESS_MODES: tuple[str, ...] = get_args(AccessMode)
 WAIT_FOR: tuple[str, ...] = get_args(WaitFor)
+RESTART_POLICIES: tuple[str, ...] = get_args(RestartPolicy)
 CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
 
 # The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
@@ -77,6 +79,9 @@ CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
 JOB_NAME_MAX = 48
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 16
+# Under restartPolicy ExitCode the operator recreates a pod that exits 128 or more without ever
+# counting it against backoffLimit (kubeflow/trainer#2045): only the job's deadline ends that.
+EXIT_CODE_DEADLINE_SECONDS = 7 * 24 * 3600
 
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -379,6 +384,11 @@ class CheckpointSettings(_Settings):
     """mount this PVC instead of creating one (never managed or deleted)"""
 
 
+def _default_active_deadline(data: dict[str, Any]) -> int | None:
+    """`604800` (7 days) with `restartPolicy: ExitCode`, its only bound on retries; else none"""
+    return EXIT_CODE_DEADLINE_SECONDS if data.get("restart_policy") == "ExitCode" else None
+
+
 @dataclass(frozen=True, config=_CONFIG)
 class JobSettings(_Settings):
     name: JobName = "pytorch-ddp"
@@ -402,21 +412,28 @@ class JobSettings(_Settings):
     under `checkpoints.mountPath`, not this job's own (`--init-from`)"""
     max_restarts: Integer = Field(0, ge=0, le=100)
     """torchrun restarts inside a pod"""
+    # Before activeDeadlineSeconds, whose default it sets.
+    restart_policy: RestartPolicy = "ExitCode"
+    """what a failed pod gets: `ExitCode` recreates it when it exited 128 or more (SIGTERM:
+    preempted, SIGKILL) and fails the job on 1-127 (the code or the data); `OnFailure` restarts
+    it whatever the code, up to `backoffLimit`; `Never` fails the job"""
     backoff_limit: Integer = Field(3, ge=0, le=100)
-    """pod restarts before the job fails"""
+    """pod restarts before the job fails (`OnFailure`; the operator ignores it under
+    `ExitCode`)"""
     cpu: Quantity = "4"
     """CPU request of each pod"""
     memory: Quantity = "16Gi"
     """memory request and limit of each pod"""
     wait_for: WaitFor = "created"
-    """what `pulumi up` waits for: nothing, the job's creation, or its Running or Succeeded
-    condition"""
+    """what `pulumi up` waits for: nothing, the job's creation, its Running condition, or its
+    end (Succeeded); with `running` and `succeeded` a job that fails fails `pulumi up`"""
     ttl_seconds_after_finished: Integer | None = Field(None, ge=0)
     """the operator deletes the finished job after this many seconds (unset: never)"""
-    active_deadline_seconds: Integer | None = Field(None, ge=1)
-    """the job fails after running this many seconds (unset: no limit)"""
-    clean_pod_policy: CleanPodPolicy = "None"
-    """which pods the operator deletes when the job finishes"""
+    active_deadline_seconds: Integer | None = Field(default_factory=_default_active_deadline, ge=1)
+    """the job fails after running this many seconds"""
+    clean_pod_policy: CleanPodPolicy = "Running"
+    """which pods the operator deletes when the job finishes: `Running` frees the GPUs of
+    pods still running and keeps the failed pods' logs"""
 
     @property
     def workers(self) -> int:

@@ -87,7 +87,12 @@ class TrainingEnvironment(pulumi.ComponentResource):
         )
         job_dependencies.append(volume)
         job = PyTorchJob(
-            f"{name}-job", settings.job, objects.job, depends_on=job_dependencies, opts=child
+            f"{name}-job",
+            settings.job,
+            objects.job,
+            kube_context=settings.kube_context,
+            depends_on=job_dependencies,
+            opts=child,
         )
 
         names = resource_names(settings)

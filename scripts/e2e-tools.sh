@@ -32,7 +32,7 @@ KUBERNETES_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 # sdk/v4 pulls sdk/v3 forward and pkg/v3 v3.215.0 no longer compiles against it).
 KUBERNETES_PROVIDER_SDK_VERSION=v4.22.2
 KUBERNETES_VERSION=1.34.2
-TRAINING_OPERATOR_VERSION=1.9.3
+TRAINING_OPERATOR_VERSION=1.9.4
 KWOK_VERSION=0.8.0
 # The Python language host: sdk/python/cmd/pulumi-language-python of pulumi at this commit (the
 # development tree of 3.260.0), built against the published sdk/v3 and pkg/v3 v3.260.0.

@@ -43,6 +43,9 @@ WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# The project's own kwok stages, played beside kwok's "fast" ones (tools/kwok/pod-exit.yaml: a
+# test ends a pod with the exit code it chooses).
+PROJECT_STAGES = REPO_ROOT / "tools" / "kwok"
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
@@ -359,6 +362,7 @@ class ControlPlane:
     def _start_kwok(self) -> None:
         server = free_port()
         stages = sorted((self.bin_dir.parent / "kwok-stages").glob("*.yaml"))
+        stages += sorted(PROJECT_STAGES.glob("*.yaml"))
         process = self._start(
             "kwok",
             [

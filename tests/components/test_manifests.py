@@ -28,7 +28,6 @@ from components.manifests import (
 )
 from components.settings import StackSettings, load_stack_file, parse_settings
 from policy.rules.operator import admission_violations
-from tests.components import RUNNING_OR_SUCCEEDED
 from tests.components.k8s_rules import validate_manifest
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
@@ -73,7 +72,7 @@ def test_tutorial_job_shape() -> None:
     assert replicas(manifest)["Worker"]["replicas"] == 1
     for replica_type in ("Master", "Worker"):
         replica = replicas(manifest)[replica_type]
-        assert replica["restartPolicy"] == "OnFailure"
+        assert replica["restartPolicy"] == "ExitCode"
         pod = replica["template"]["spec"]
         assert pod["terminationGracePeriodSeconds"] >= 60
         main = container(manifest, replica_type)
@@ -109,7 +108,30 @@ def test_tutorial_job_shape() -> None:
         assert "imagePullSecrets" not in pod
         assert "schedulerName" not in pod
         assert "affinity" not in pod
-    assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "None"}
+    # ExitCode's retries are bounded by the deadline alone (the operator ignores backoffLimit).
+    assert manifest["spec"]["runPolicy"] == {
+        "backoffLimit": 3,
+        "cleanPodPolicy": "Running",
+        "activeDeadlineSeconds": 7 * 24 * 3600,
+    }
+
+
+@pytest.mark.parametrize(
+    ("job", "policy", "deadline"),
+    [
+        ({"restartPolicy": "OnFailure"}, "OnFailure", None),
+        ({"restartPolicy": "Never"}, "Never", None),
+        ({"restartPolicy": "OnFailure", "activeDeadlineSeconds": 600}, "OnFailure", 600),
+        ({"activeDeadlineSeconds": 3600}, "ExitCode", 3600),
+    ],
+)
+def test_restart_policy_and_its_deadline(
+    job: dict[str, Any], policy: str, deadline: int | None
+) -> None:
+    manifest = pytorchjob_manifest(settings_for(job=job), image=IMAGE)
+    assert {spec["restartPolicy"] for spec in replicas(manifest).values()} == {policy}
+    assert manifest["spec"]["runPolicy"].get("activeDeadlineSeconds") == deadline
+    assert admission_violations(manifest) == []
 
 
 def test_single_node_has_no_worker_and_cpu_has_no_gpu() -> None:
@@ -200,7 +222,9 @@ def test_read_write_once_co_locates_replicas() -> None:
     [
         ("none", {"pulumi.com/skipAwait": "true"}),
         ("created", {}),
-        ("running", {"pulumi.com/waitFor": RUNNING_OR_SUCCEEDED}),
+        # The job's hooks wait for these (components/job_outcome.py); the provider does not.
+        ("running", {}),
+        ("succeeded", {}),
     ],
 )
 def test_wait_annotations(wait_for: str, expected: dict[str, str]) -> None:
