@@ -47,14 +47,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tutorial_loop import PerSampleDataset
 from trainer.async_writer import CheckpointWriter
-from trainer.checkpoint import CheckpointStore, find_resumable, model_sha256
+from trainer.checkpoint import CheckpointStore, model_sha256
 from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
 from trainer.cli import TrainConfig
 from trainer.data import ShardedBatches
 from trainer.distributed import DistContext, run_and_exit
-from trainer.loop import StopAgreement, Trainer
+from trainer.loop import Trainer
 from trainer.metrics import read_metrics
 from trainer.resume import ResumePoint
+from trainer.stop_agreement import StopAgreement
 from trainer.task import TaskContext, regression_task
 
 WORLD_SIZE = 2
@@ -419,7 +420,7 @@ def resume(nbytes: int) -> dict[str, float]:
             timings["baseline"].append(time.perf_counter() - started)
             del loaded
             started = time.perf_counter()
-            found = find_resumable(directory)
+            found = CheckpointStore(directory).find_resumable()
             assert found is not None
             model.load_state_dict(found.checkpoint.model_state)
             timings["ours"].append(time.perf_counter() - started)

@@ -13,13 +13,11 @@ from __future__ import annotations
 import logging
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -48,90 +46,10 @@ from trainer.distributed import (
 )
 from trainer.metrics import MetricsLog, rewind
 from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
+from trainer.stop_agreement import StopAgreement
 from trainer.task import Task, TaskContext, build_task
 
 LOG = logging.getLogger("trainer")
-
-
-class StopAgreement:
-    """SIGTERM/SIGINT set a local flag; ranks agree on it with a MAX all-reduce so every rank
-    stops after the same step.
-
-    The all-reduce is launched asynchronously at a check and read at the next one, so it
-    overlaps training. How many steps lie between checks is recalibrated at every check so a
-    check happens about every ``target_seconds``: a fixed step count is either a collective on
-    every few tiny steps (a measurable share of a fast CPU step) or minutes between checks on a
-    slow GPU step (past the pod's grace period). Each rank proposes an interval from its own
-    step time and the same all-reduce carries the proposals (negated, so MAX picks the
-    smallest); every rank reads the same reduced tensor, so all adopt the same interval at the
-    same step and stay in lockstep. A stop therefore lands within about 2 x target_seconds.
-    """
-
-    def __init__(
-        self,
-        ctx: DistContext,
-        *,
-        first_interval: int = 8,
-        target_seconds: float = 0.25,
-        max_interval: int = 10_000,
-    ) -> None:
-        self._device = ctx.device
-        self._interval = first_interval
-        self._target_seconds = target_seconds
-        self._max_interval = max_interval
-        self._steps_since_check = 0
-        self._last_check = time.perf_counter()
-        self.requested = False
-        self.signum: int | None = None  # the first signal this rank received, if any
-        self._pending: tuple[Any, torch.Tensor] | None = None
-
-    def install(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if not self.requested:
-            LOG.warning("received %s: stopping after the current step", signal.Signals(signum).name)
-            self.signum = signum
-        self.requested = True
-
-    def exit_code(self) -> int:
-        """What a rank exits with after an agreed early stop: 128 + the signal, as a shell
-        reports a signalled process. Ranks that were not signalled themselves (their peer's pod
-        was preempted) report SIGTERM too: exiting 0 there would make the operator mark the
-        whole job Succeeded with training unfinished, while a non-zero code makes
-        `restartPolicy: OnFailure` restart the pod, which resumes from the checkpoint."""
-        return 128 + (self.signum or signal.SIGTERM)
-
-    def at_step(self) -> bool:
-        """Call before every step on every rank; True means: stop now (same on all ranks)."""
-        self._steps_since_check += 1
-        if self._steps_since_check < self._interval:
-            return False
-        agreed = self.drain()
-        now = time.perf_counter()
-        per_step = (now - self._last_check) / self._steps_since_check
-        proposal = int(self._target_seconds / per_step) if per_step > 0 else self._max_interval
-        proposal = min(max(proposal, 1), self._max_interval)
-        message = torch.tensor(
-            [int(self.requested), -proposal], dtype=torch.int64, device=self._device
-        )
-        self._pending = (dist.all_reduce(message, op=dist.ReduceOp.MAX, async_op=True), message)
-        self._steps_since_check = 0
-        self._last_check = now
-        return agreed
-
-    def drain(self) -> bool:
-        """The answer of the all-reduce in flight (False if none); every rank calls it at the
-        same points (a check, the end of an epoch), so every rank reads the same answer."""
-        if self._pending is None:
-            return False
-        work, message = self._pending
-        self._pending = None
-        work.wait()
-        stop, negated_interval = message.tolist()
-        self._interval = -negated_interval
-        return bool(stop)
 
 
 def capture_rng() -> dict[str, Any]:
@@ -216,7 +134,7 @@ class Trainer:
             writer = CheckpointWriter(CheckpointStore(config.checkpoint_dir, config.keep, delay))
         return cls(config, ctx, task, model, data, writer)
 
-    def _read(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
+    def _chosen_checkpoint(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
         """Rank 0 already holds the state it verified; the others map the same file (its pages
         are in the cache on a shared node), so no rank reads it twice."""
         return state if state is not None else load_checkpoint(Path(path), mmap=True)
@@ -224,7 +142,7 @@ class Trainer:
     def warm_start(self, point: ResumePoint, state: TrainingCheckpoint | None) -> None:
         """Seed a new run: model weights, and the optimizer state only when asked."""
         assert point.origin is not None
-        state = self._read(point.origin["path"], state)
+        state = self._chosen_checkpoint(point.origin["path"], state)
         try:
             self.task.model.load_state_dict(state.model_state)
         except RuntimeError as error:
@@ -262,7 +180,7 @@ class Trainer:
     def load(self, point: ResumePoint, state: TrainingCheckpoint | None) -> tuple[float, int]:
         """Restore from the exact file rank 0 chose; returns this rank's partial epoch loss."""
         assert point.path is not None
-        state = self._read(point.path, state)
+        state = self._chosen_checkpoint(point.path, state)
         self.task.model.load_state_dict(state.model_state)
         self.task.optimizer.load_state_dict(state.optimizer_state)
         if self.task.scheduler is not None and state.scheduler_state is not None:
@@ -279,10 +197,10 @@ class Trainer:
         per_rank = all_gather_object(self.ctx, mine.to_state())
         if self.writer is None:
             return
-        state = self._state(epochs, per_rank)
+        state = self.checkpoint_state(epochs, per_rank)
         self.writer.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
 
-    def _state(self, epochs: int, per_rank: list[object]) -> dict[str, Any]:
+    def checkpoint_state(self, epochs: int, per_rank: list[object]) -> dict[str, Any]:
         """The dictionary a save writes. Where in the data it was taken is not part of it:
         (epochs, step) in the manifest and the file name locate it, and the data order follows
         from the seed and world size the checkpoint already records."""
@@ -314,7 +232,7 @@ class Trainer:
             if dropped:
                 LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
             # Tells the writer policy how large checkpoints will be, before the first one.
-            self.writer.prepare(self._state(point.epochs_completed, []))
+            self.writer.prepare(self.checkpoint_state(point.epochs_completed, []))
         return carried
 
     def run(self, point: ResumePoint, stop: StopAgreement, carried: tuple[float, int]) -> bool:
@@ -332,7 +250,7 @@ class Trainer:
         last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
         # The first step creates the optimizer's lazy slots; the writer's staging buffer gets
         # them right after it, not inside the first save.
-        restage = self.writer is not None
+        slots_unstaged = self.writer is not None
         for epoch in range(point.epochs_completed, config.total_epochs):
             started = time.perf_counter()
             loss = EpochLoss(carried_loss)
@@ -349,9 +267,9 @@ class Trainer:
                 optimizer.step()
                 loss.add(step_loss, inputs.shape[0])
                 samples += inputs.shape[0]
-                if restage:
-                    restage = False
-                    self._restage(epoch)
+                if slots_unstaged:
+                    slots_unstaged = False
+                    self.stage_optimizer_slots(epoch)
             start_step = 0
             if stopped_at is None and stop.drain():
                 stopped_at = steps_per_epoch
@@ -369,9 +287,10 @@ class Trainer:
                 return done == config.total_epochs
         return True
 
-    def _restage(self, epoch: int) -> None:
+    def stage_optimizer_slots(self, epoch: int) -> None:
+        """Give the writer's staging buffer the optimizer slots the first step created."""
         assert self.writer is not None
-        self.writer.prepare(self._state(epoch, []))
+        self.writer.prepare(self.checkpoint_state(epoch, []))
 
     def _end_epoch(
         self, epoch: int, metrics: MetricsLog, loss: EpochLoss, samples: int, started: float

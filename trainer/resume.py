@@ -15,16 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import (
-    REJECTED_DIR,
-    CheckpointError,
-    find_resumable,
-    load_checkpoint,
-    read_manifest,
-    read_verified,
-    remove_stale_temporaries,
-    set_aside_skipped,
-)
+from trainer.checkpoint import REJECTED_DIR, CheckpointError, CheckpointStore, load_checkpoint
 from trainer.checkpoint_schema import TrainingCheckpoint
 from trainer.cli import TrainConfig, unusable_directory
 from trainer.distributed import DistContext, broadcast_object
@@ -122,7 +113,7 @@ def decide_resume(
     state: TrainingCheckpoint | None = None
     if ctx.is_main:
         try:
-            point, state = choose(ctx, config)
+            point, state = choose_resume_point(ctx, config)
             decision = {"point": point}
         except (ResumeRefusedError, CheckpointError) as error:
             decision = {"error": str(error)}
@@ -134,15 +125,18 @@ def decide_resume(
     return decision["point"], state
 
 
-def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint | None]:
+def choose_resume_point(
+    ctx: DistContext, config: TrainConfig
+) -> tuple[ResumePoint, TrainingCheckpoint | None]:
     """Rank 0's decision (creates the directory, sets aside corrupt checkpoints)."""
     directory = config.checkpoint_dir
     directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(directory)
-    found = find_resumable(directory)
+    store = CheckpointStore(directory, config.keep)
+    store.remove_stale_temporaries()
+    found = store.find_resumable()
     if found is None:
         if config.init_from is not None:
-            return _choose_warm_start(config)
+            return warm_start_point(config)
         LOG.info("no checkpoint in %s: starting from scratch", directory)
         return ResumePoint(None, 0, 0), None
     if config.init_from is not None:
@@ -174,7 +168,7 @@ def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, Training
             found.path,
             "; ".join(found.skipped),
         )
-        moved = set_aside_skipped(directory, found)
+        moved = store.set_aside(found)
         LOG.warning(
             "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
             directory / REJECTED_DIR,
@@ -185,24 +179,20 @@ def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, Training
     return point, saved
 
 
-def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint]:
-    """The checkpoint --init-from names: a file (checked against its directory's manifest when
-    it is listed there) or a directory's newest verified checkpoint."""
+def warm_start_point(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint]:
+    """A new run seeded from the checkpoint --init-from names: a file (checked against its
+    directory's manifest when it is listed there) or a directory's newest verified checkpoint."""
     source = config.init_from
     assert source is not None
     where = f"--init-from {source}"
     if source.is_dir():
-        found = find_resumable(source)
+        found = CheckpointStore(source).find_resumable()
         if found is None:
             raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
         path, state, sha256 = found.path, found.checkpoint, found.entry.sha256
     elif source.is_file():
-        listed = {entry.file: entry for entry in read_manifest(source.parent)}
-        entry = listed.get(source.name)
         try:
-            state, sha256 = read_verified(
-                source, entry.sha256 if entry else None, entry.size if entry else None
-            )
+            state, sha256 = CheckpointStore(source.parent).read_file(source.name)
         except CheckpointError as error:
             raise CheckpointError(f"{where}: {error}") from error
         path = source
@@ -228,20 +218,20 @@ def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckp
 
 
 def preflight(config: TrainConfig, world_size: int) -> None:
-    """Raise :class:`ResumeRefusedError` for what :func:`choose` would refuse, without creating,
-    moving or verifying anything: the directory cannot be used, its newest committed checkpoint
-    belongs to another run (from the manifest; the file is opened only to name what differs),
-    or a warm start's source directory holds no committed checkpoint. A corrupt newest
-    checkpoint is no reason to refuse: the trainer falls back to an older one."""
+    """Raise :class:`ResumeRefusedError` for what :func:`choose_resume_point` would refuse,
+    without creating, moving or verifying anything: the directory cannot be used, its newest
+    committed checkpoint belongs to another run (from the manifest; the file is opened only to
+    name what differs), or a warm start's source directory holds no committed checkpoint. A
+    corrupt newest checkpoint is no reason to refuse: the trainer falls back to an older one."""
     directory = config.checkpoint_dir
     problem = unusable_directory(directory)
     if problem is not None:
         raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
     try:
-        entries = read_manifest(directory) if directory.is_dir() else []
+        entries = CheckpointStore(directory).manifest() if directory.is_dir() else []
         if not entries:
             source = config.init_from
-            if source is not None and source.is_dir() and not read_manifest(source):
+            if source is not None and source.is_dir() and not CheckpointStore(source).manifest():
                 raise ResumeRefusedError(
                     f"--init-from {source}: no committed checkpoint there (no manifest.json)"
                 )
