@@ -50,7 +50,7 @@ from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import CheckpointStore, model_sha256
 from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
 from trainer.cli import TrainConfig
-from trainer.data import ShardedBatches
+from trainer.data import GlobalBatches
 from trainer.distributed import DistContext, run_and_exit
 from trainer.loop import Trainer
 from trainer.metrics import read_metrics
@@ -103,8 +103,9 @@ def ours(args: argparse.Namespace, rank: int, directory: Path) -> dict[str, floa
         dataset_size=args.dataset_size,
     )
     ctx = DistContext(rank, WORLD_SIZE, rank, torch.device("cpu"), "gloo")
-    trainer = Trainer.build(config, ctx)
-    point = ResumePoint(None, 0, 0)
+    global_batch = args.batch_size * WORLD_SIZE
+    trainer = Trainer.build(config, ctx, global_batch)
+    point = ResumePoint(None, 0, 0, global_batch)
     trainer.run(point, StopAgreement(ctx), trainer.restore(point, None))
     if trainer.writer is not None:
         trainer.writer.close()
@@ -200,7 +201,15 @@ def data_path(args: argparse.Namespace) -> dict[str, float]:
     dataset = PerSampleDataset(task.inputs, task.targets)
     sampler = DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=0, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=False, sampler=sampler)
-    sharded = ShardedBatches(task.inputs, task.targets, args.batch_size, args.seed, 0, WORLD_SIZE)
+    sharded = GlobalBatches(
+        task.inputs,
+        task.targets,
+        global_batch=args.batch_size * WORLD_SIZE,
+        micro_batch=args.batch_size,
+        seed=args.seed,
+        rank=0,
+        world_size=WORLD_SIZE,
+    )
     timings: dict[str, list[float]] = {"baseline": [], "ours": []}
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)

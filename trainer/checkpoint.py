@@ -33,7 +33,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ LOG = logging.getLogger("trainer")
 
 @dataclass(frozen=True)
 class CheckpointEntry:
+    """One committed checkpoint in the manifest: what a resume can judge without the file."""
+
     file: str
     sha256: str
     size: int
@@ -69,10 +71,18 @@ class CheckpointEntry:
     world_size: int
     fingerprint: str
     format_version: int = FORMAT_VERSION
+    global_batch: int | None = None  # None in manifests of version 1 checkpoints
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> CheckpointEntry:
-        return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+        """Keys with a default may be missing (manifests written before they existed)."""
+        return cls(
+            **{
+                name: raw[name]
+                for name, spec in cls.__dataclass_fields__.items()
+                if name in raw or spec.default is MISSING
+            }
+        )
 
 
 def checkpoint_name(epochs_completed: int, step_in_epoch: int) -> str:
@@ -290,6 +300,7 @@ class CheckpointStore:
             step_in_epoch=step,
             world_size=checkpoint.world_size,
             fingerprint=checkpoint.config_fingerprint,
+            global_batch=checkpoint.run_global_batch(),
         )
         previous = [item for item in self.manifest() if item.file != name]
         kept = [*previous, entry][-self.keep :]
@@ -341,6 +352,8 @@ def describe(directory: Path) -> dict[str, Any]:
         "path": str(found.path),
         "epochs_completed": checkpoint.epochs_run,
         "step_in_epoch": found.entry.step_in_epoch,
+        "epoch_position": checkpoint.epoch_position,
+        "global_batch": checkpoint.run_global_batch(),
         "world_size": checkpoint.world_size,
         "model_sha256": model_sha256(checkpoint.model_state),
         "sha256": found.entry.sha256,

@@ -32,6 +32,12 @@ class StopAgreement:
     step time and the same all-reduce carries the proposals (negated, so MAX picks the
     smallest); every rank reads the same reduced tensor, so all adopt the same interval at the
     same step and stay in lockstep. A stop therefore lands within about 2 x target_seconds.
+
+    Steps are not all alike: an epoch's end and a checkpoint are slow work between two steps
+    that an interval measured over plain steps does not foresee (an interval of hundreds of
+    fast steps can span many slow saves). So the loop makes each of them a check point too
+    (:meth:`check`): every rank reaches them after the same step, and a stop is never more
+    than two of them away.
     """
 
     def __init__(
@@ -75,10 +81,17 @@ class StopAgreement:
         self._steps_since_check += 1
         if self._steps_since_check < self._interval:
             return False
+        return self.check()
+
+    def check(self) -> bool:
+        """A check point: read the answer in flight (True: stop, the same on every rank) and
+        put the question again. Every rank calls it at the same points."""
         agreed = self.drain()
         now = time.perf_counter()
-        per_step = (now - self._last_check) / self._steps_since_check
-        proposal = int(self._target_seconds / per_step) if per_step > 0 else self._max_interval
+        proposal = self._interval
+        if self._steps_since_check:
+            per_step = (now - self._last_check) / self._steps_since_check
+            proposal = int(self._target_seconds / per_step) if per_step > 0 else self._max_interval
         proposal = min(max(proposal, 1), self._max_interval)
         message = torch.tensor(
             [int(self.requested), -proposal], dtype=torch.int64, device=self._device

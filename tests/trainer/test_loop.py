@@ -26,8 +26,7 @@ from trainer.checkpoint import CheckpointError
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
 from trainer.cli import UsageError, parse_config
 from trainer.distributed import DistContext
-from trainer.loop import EpochLoss
-from trainer.metrics import read_metrics
+from trainer.metrics import EpochLoss, read_metrics
 from trainer.plot import loss_curve
 from trainer.resume import ResumeRefusedError, choose_resume_point
 
@@ -160,13 +159,16 @@ def test_a_signal_to_one_rank_stops_every_rank_and_none_reports_success(
     assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
 
 
-def test_a_different_world_size_is_refused_naming_both(reference_copy: Path) -> None:
+def test_another_global_batch_is_refused_in_one_line_naming_both(reference_copy: Path) -> None:
+    # Any world size resumes (tests/trainer/test_resume_world_size.py); the global batch not.
     before = (reference_copy / "manifest.json").read_text()
-    finished = run_trainer(reference_args(reference_copy, total=300), nproc=1, launcher=LAUNCH)
+    args = [*reference_args(reference_copy, total=300), "--global-batch-size", "128"]
+    finished = run_trainer(args, nproc=1, launcher=LAUNCH)
     assert finished.returncode == 2, finished.output  # permanent: a restart cannot fix it
     errors = [line for line in finished.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, finished.output
-    assert "written with world size 2, but this run has world size 1" in errors[0]
+    assert "global batch of 64 samples per step" in errors[0]
+    assert "--global-batch-size 128" in errors[0]
     assert "Traceback" not in finished.output
     assert (reference_copy / "manifest.json").read_text() == before
 
