@@ -404,7 +404,8 @@ class JobSettings(_Settings):
     gpus_per_node: Integer = Field(1, ge=0, le=MAX_GPUS_PER_NODE)
     """`0` runs on the CPU with gloo; one process per GPU"""
     batch_size: Integer = Field(32, ge=1)
-    """samples per step on each process"""
+    """samples per step on each process (an elastic job on fewer pods keeps its global batch:
+    then the most a process puts through the model at once)"""
     total_epochs: Integer = Field(100, ge=1)
     """epochs to train"""
     save_every: Integer = Field(25, ge=1)
