@@ -124,10 +124,9 @@ def _elastic_messages(job: Mapping[str, Any], policy: Any, specs: Mapping[str, A
         messages.append(
             f"spec.elasticPolicy.rdzvBackend is {backend!r} (allowed: {', '.join(RDZV_BACKENDS)})"
         )
-    minimum, maximum = dig(policy, "minReplicas"), dig(policy, "maxReplicas")
-    pods = pod_count(job)
-    known = [v for v in (minimum, maximum, pods) if v is not None and not is_unknown(v)]
-    if len(known) < 3 or not all(isinstance(v, int) for v in known):
+    minimum, maximum = _whole(dig(policy, "minReplicas")), _whole(dig(policy, "maxReplicas"))
+    pods = _whole(pod_count(job))
+    if minimum is None or maximum is None or pods is None:
         return messages  # the operator defaults a missing bound from the other (or the Workers)
     if minimum < 1:
         messages.append(f"spec.elasticPolicy.minReplicas is {minimum}; at least 1 node trains")
@@ -138,14 +137,22 @@ def _elastic_messages(job: Mapping[str, Any], policy: Any, specs: Mapping[str, A
             f"spec.elasticPolicy.maxReplicas {maximum} exceeds the job's {pods} pods: the "
             "operator creates only those, so the job never reaches it"
         )
-    gang = dig(job, "spec", "runPolicy", "schedulingPolicy", "minAvailable")
-    if isinstance(gang, int) and gang > minimum:
+    gang = _whole(dig(job, "spec", "runPolicy", "schedulingPolicy", "minAvailable"))
+    if gang is not None and gang > minimum:
         messages.append(
             f"spec.runPolicy.schedulingPolicy.minAvailable {gang} exceeds "
             f"spec.elasticPolicy.minReplicas {minimum}: a gang scheduler would hold the job "
             f"until {gang} pods fit, though it trains on {minimum}"
         )
     return messages
+
+
+def _whole(value: Any) -> int | None:
+    """A count as the engine sends it (numbers arrive as floats on the wire); None when it is
+    missing, unknown during preview, or not a whole number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if float(value).is_integer() else None
 
 
 def _replica_messages(replica_type: str, spec: Any) -> list[str]:
