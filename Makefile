@@ -21,7 +21,7 @@ IMAGE ?= localhost/pytorch-distributed-trainer:local
 CONTAINER_RUNTIME ?= runc
 export CONTAINER_RUNTIME
 
-SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh) .ci/run
 # pytest-xdist workers for `make pytest` / `make test-fast` (auto: one per core). Only these two
 # targets run in parallel; the e2e and container suites share one control plane or podman store.
 PYTEST_WORKERS ?= auto

@@ -64,7 +64,7 @@ class WaitTarget:
 
     def next_steps(self, urn: str) -> list[str]:
         return [
-            f"conditions, pods and the master's log: make status STACK={self.stack}",
+            f"conditions, pods and rank 0's log: make status STACK={self.stack}",
             "run it again: fix what failed (a change to the job's spec replaces it), or "
             f"without a change: pulumi up --stack {self.stack} --replace '{urn}'",
         ]

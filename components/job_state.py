@@ -108,9 +108,6 @@ class JobState:
     def failed_replicas(self) -> list[Replica]:
         return [replica for replica in self.replicas if replica.failed]
 
-    def master(self) -> Replica | None:
-        return next((r for r in self.replicas if r.replica_type == "Master"), None)
-
 
 def _int(value: Any) -> int | None:
     try:

@@ -17,7 +17,11 @@ Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies 
   under `ExitCode` the pods get `restartPolicy: Never`, a pod that exited 128 or more is deleted
   and recreated, one that exited 1-127 fails the job, and `backoffLimit` never applies (it sums
   container restarts, and recreated pods have none);
-- it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`.
+- it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`;
+- with `spec.elasticPolicy` it needs a Worker replica spec and injects PET_NNODES=min:max,
+  PET_RDZV_ENDPOINT=`<job>-worker-0`:<the Worker's port>, PET_RDZV_BACKEND and PET_MAX_RESTARTS
+  instead of a fixed node count and rank; an elastic job here is Workers only, as in the
+  operator's elastic examples (every pod is a torchrun agent of the c10d rendezvous).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
+# torchrun's rendezvous for elastic jobs: a TCP store on the first node's agent.
+RDZV_BACKEND = "c10d"
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
@@ -59,18 +65,22 @@ RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
 
 @dataclass(frozen=True)
 class ResourceNames:
-    """metadata.name of each Kubernetes object, so every module refers to them the same way."""
+    """metadata.name of each Kubernetes object, so every module refers to them the same way.
+    ``first_pod``: the pod rank 0 runs in (the Master, or an elastic job's worker-0)."""
 
     job: str
     claim: str
     pull_secret: str | None
+    first_pod: str
 
 
 def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
     claim = settings.checkpoints.existing_claim or f"{job}-checkpoints"
     pull_secret = f"{job}-registry" if settings.registry is not None else None
-    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret)
+    # The operator names pods <job>-<type>-<index>.
+    first_pod = f"{job}-worker-0" if settings.job.elastic is not None else f"{job}-master-0"
+    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret, first_pod=first_pod)
 
 
 def common_labels(settings: StackSettings) -> dict[str, str]:
@@ -168,9 +178,10 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
 def trainer_args(settings: StackSettings) -> list[str]:
     """entrypoint.sh arguments: its own flags, `--`, then the trainer CLI."""
     job = settings.job
+    max_restarts = job.elastic.max_restarts if job.elastic is not None else job.max_restarts
     args = [
         "--max-restarts",
-        str(job.max_restarts),
+        str(max_restarts),
         "--",
         "--batch_size",
         str(job.batch_size),
@@ -185,6 +196,11 @@ def trainer_args(settings: StackSettings) -> list[str]:
         args += ["--task", job.task]
     if job.init_from is not None:
         args += ["--init-from", job.init_from]
+    if job.save_every_steps is not None:
+        args += ["--save-every-steps", str(job.save_every_steps)]
+    if job.elastic is not None:
+        # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
+        args += ["--global-batch-size", str(job.global_batch_size)]
     return args
 
 
@@ -288,15 +304,32 @@ def wait_annotations(settings: StackSettings) -> dict[str, str]:
     return {}
 
 
-def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
-    """The kubeflow.org/v1 PyTorchJob: one training master plus `nodes - 1` workers."""
-    job = settings.job
-    replica_specs: dict[str, Any] = {
-        "Master": _replica(settings, image=image, replica_type="Master", replicas=1)
+def elastic_policy(settings: StackSettings) -> dict[str, Any] | None:
+    """`spec.elasticPolicy` of an elastic job: between `minNodes` and all `job.nodes` pods, c10d
+    rendezvous, torchrun's restarts; None for a job of fixed size."""
+    elastic = settings.job.elastic
+    if elastic is None:
+        return None
+    return {
+        "minReplicas": elastic.min_nodes,
+        "maxReplicas": settings.job.nodes,
+        "rdzvBackend": RDZV_BACKEND,
+        "maxRestarts": elastic.max_restarts,
     }
-    if job.workers > 0:
+
+
+def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
+    """The kubeflow.org/v1 PyTorchJob: one training master plus `nodes - 1` workers, or, for
+    an elastic job, `nodes` workers with an elasticPolicy."""
+    job = settings.job
+    elastic = elastic_policy(settings)
+    replica_specs: dict[str, Any] = {}
+    if elastic is None:
+        replica_specs["Master"] = _replica(settings, image=image, replica_type="Master", replicas=1)
+    workers = job.workers if elastic is None else job.nodes
+    if workers > 0:
         replica_specs["Worker"] = _replica(
-            settings, image=image, replica_type="Worker", replicas=job.workers
+            settings, image=image, replica_type="Worker", replicas=workers
         )
     run_policy: dict[str, Any] = {
         "backoffLimit": job.backoff_limit,
@@ -306,20 +339,23 @@ def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any
         run_policy["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
     if job.active_deadline_seconds is not None:
         run_policy["activeDeadlineSeconds"] = job.active_deadline_seconds
+    if elastic is not None and settings.platform == "runai":
+        # The gang's minimum: Run:ai schedules the job once this many pods fit, not all.
+        run_policy["schedulingPolicy"] = {"minAvailable": elastic["minReplicas"]}
     metadata = _metadata(settings, resource_names(settings).job, "training")
     metadata["labels"].update(scheduling_labels(settings))
     annotations = wait_annotations(settings)
     if annotations:
         metadata["annotations"] = annotations
+    spec: dict[str, Any] = {"nprocPerNode": str(job.nproc_per_node)}
+    if elastic is not None:
+        spec["elasticPolicy"] = elastic
+    spec.update({"runPolicy": run_policy, "pytorchReplicaSpecs": replica_specs})
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": metadata,
-        "spec": {
-            "nprocPerNode": str(job.nproc_per_node),
-            "runPolicy": run_policy,
-            "pytorchReplicaSpecs": replica_specs,
-        },
+        "spec": spec,
     }
 
 

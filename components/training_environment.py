@@ -96,7 +96,7 @@ class TrainingEnvironment(pulumi.ComponentResource):
         )
 
         names = resource_names(settings)
-        master_pod = f"{names.job}-master-0"  # the operator names pods <job>-<type>-<index>
+        master_pod = names.first_pod
         self.namespace = pulumi.Output.from_input(settings.namespace)
         self.job_name = job.job_name
         self.image_ref = image.image_ref

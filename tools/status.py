@@ -25,7 +25,6 @@ from components.job_state import JobState, Progress, failure_report, progress_li
 from components.job_watch import JobWatch, JobWatchError, api_errors
 from components.manifests import resource_names
 from components.settings import SettingsError, load_stack_file
-from tools.operator_env import MASTER, pod_name
 from tools.stack_cli import add_stack_arguments
 
 SUCCEEDED, FAILED, NOT_FOUND, RUNNING, INTERRUPTED = 0, 1, 2, 3, 130
@@ -106,7 +105,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = parse_args(argv)
     try:
         settings = load_stack_file(args.stack, args.stack_dir)
-        job = resource_names(settings).job
+        names = resource_names(settings)
+        job = names.job
         watch = JobWatch.connect(settings.kube_context, settings.namespace, job)
         state = watch.state()
         where = f" (context {settings.kube_context})" if settings.kube_context else ""
@@ -119,8 +119,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             return NOT_FOUND
         print("\n".join(status_table(state, watch.events(state))), file=out, flush=True)
         if state.outcome is None and not args.no_follow:
-            master = pod_name(job, MASTER, 0)
-            state = Follower(watch, master, out).run(state, None if args.tail < 0 else args.tail)
+            # Rank 0's pod: the Master, or an elastic job's worker-0.
+            state = Follower(watch, names.first_pod, out).run(
+                state, None if args.tail < 0 else args.tail
+            )
         return finish(watch, state, args.stack, out)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -165,9 +165,29 @@ class TrainConfig:
     batch_size: int = field(
         default=32,
         metadata=_cli(
-            "input batch size on each rank (default: %(default)s)",
+            "input batch size on each rank (default: %(default)s); on fewer ranks than the run "
+            "started with, the most samples a rank puts through the model at once",
             type=_int_at_least(1, "samples per rank per step"),
             flags=("--batch_size", "--batch-size"),  # the tutorial's spelling first
+        ),
+    )
+    global_batch_size: int | None = field(
+        default=None,
+        metadata=_cli(
+            "samples per optimizer step over all ranks, fixed for the whole run (default: "
+            "--batch_size times the world size the run starts with); a resume on any number "
+            "of ranks keeps it, accumulating gradients where a rank's share exceeds --batch_size",
+            type=_int_at_least(1, "samples per optimizer step over all ranks"),
+            metavar="N",
+        ),
+    )
+    save_every_steps: int | None = field(
+        default=None,
+        metadata=_cli(
+            "also write a checkpoint after every N optimizer steps (counted from the start of "
+            "training, so mid-epoch too); default: at epoch ends only",
+            type=_int_at_least(1, "save every N optimizer steps"),
+            metavar="N",
         ),
     )
     checkpoint_dir: Path = field(
@@ -229,10 +249,13 @@ class TrainConfig:
     def semantic_config(self) -> dict[str, object]:
         """What a checkpoint must agree with to be resumed.
 
-        TOTAL_EPOCHS, SAVE_EVERY, --keep and --pg-timeout are left out on purpose: they change
-        how long or how often we train/save, not what one training step computes, so a finished
-        run may be extended with more epochs or saved more often. --init-from is left out too:
-        it only seeds a fresh run's weights, and the run's own checkpoints record it.
+        TOTAL_EPOCHS, SAVE_EVERY, --save-every-steps, --keep and --pg-timeout are left out on
+        purpose: they change how long or how often we train/save, not what one training step
+        computes, so a finished run may be extended with more epochs or saved more often.
+        --init-from is left out too: it only seeds a fresh run's weights, and the run's own
+        checkpoints record it. --global-batch-size is checked against the checkpoint's recorded
+        global batch instead (``trainer.resume``): a checkpoint of a run started without the
+        flag has the same global batch as one started with the value it implied.
         """
         return {
             "task": self.task,

@@ -22,7 +22,7 @@ import torch
 
 from tests.conftest import REPO_ROOT, pick_free_port
 from tools import procs
-from trainer.checkpoint import CheckpointError, describe, read_manifest
+from trainer.checkpoint import CheckpointError, CheckpointStore, describe
 from trainer.checkpoint_schema import TrainingCheckpoint
 
 PYTHON = sys.executable
@@ -157,7 +157,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOU
 
 def manifest_epochs(directory: Path) -> list[tuple[int, int]]:
     try:
-        entries = read_manifest(directory)
+        entries = CheckpointStore(directory).manifest()
     except CheckpointError:
         return []
     return [(entry.epochs_completed, entry.step_in_epoch) for entry in entries]
