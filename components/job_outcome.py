@@ -1,4 +1,5 @@
-"""Resource hooks that make `pulumi up` wait for the PyTorchJob's outcome, and fail when it fails.
+"""Resource hooks that make `pulumi up` wait for the training job's outcome (a PyTorchJob or a
+TrainJob), and fail when it fails.
 
 Why hooks: pulumi-kubernetes 4.25 applies a custom resource and then either returns at once or,
 with `pulumi.com/waitFor`, waits until one given condition holds. It has no condition that fails
@@ -56,6 +57,11 @@ class WaitTarget:
     kube_context: str | None
     wait_for: str  # running | succeeded
     stack: str
+    kind: str = "PyTorchJob"  # the job's API kind
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.job}"
 
     def reached(self, state: JobState) -> bool:
         if state.outcome is not None:
@@ -79,7 +85,7 @@ class _Urn:
 
 
 class JobOutcome:
-    """The PyTorchJob's after-create and after-update hooks: `binding()` goes into its options."""
+    """The job's after-create and after-update hooks: `binding()` goes into its options."""
 
     def __init__(self, name: str, target: WaitTarget) -> None:
         if target.wait_for not in WAITING_MODES:
@@ -122,7 +128,7 @@ class JobOutcome:
         """Wait as the module docstring says; `log(level, message)` reports progress."""
         target = self.target
         try:
-            watch = JobWatch.connect(target.kube_context, target.namespace, target.job)
+            watch = JobWatch.connect(target.kube_context, target.namespace, target.job, target.kind)
             if not created:
                 state = watch.state()
                 if state is not None and state.outcome is not None:
@@ -130,7 +136,7 @@ class JobOutcome:
                     since = f" at {finished.since}" if finished is not None else ""
                     log(
                         "warn" if state.outcome == "Failed" else "info",
-                        f"PyTorchJob {target.namespace}/{target.job} finished earlier "
+                        f"{target.title} finished earlier "
                         f"({state.outcome}{since}); an update of its metadata does not run it "
                         f"again (pulumi up --replace '{urn}' does)",
                     )
@@ -146,7 +152,7 @@ class JobOutcome:
             raise JobOutcomeError(
                 "\n".join(
                     [
-                        f"PyTorchJob {target.namespace}/{target.job} did not reach Running "
+                        f"{target.title} did not reach Running "
                         f"within {RUNNING_TIMEOUT_SECONDS // 60} minutes "
                         f"(job.waitFor: running); it is {timeout.state.phase}:",
                         *pods,
@@ -156,8 +162,7 @@ class JobOutcome:
             ) from None
         except (JobWatchError, *api_errors()) as error:
             raise JobOutcomeError(
-                f"cannot watch PyTorchJob {target.namespace}/{target.job} "
-                f"(job.waitFor: {target.wait_for}): {error}"
+                f"cannot watch {target.title} (job.waitFor: {target.wait_for}): {error}"
             ) from None
         if state.outcome == "Failed":
             logs = {r.pod: watch.log_tail(r) for r in state.failed_replicas}

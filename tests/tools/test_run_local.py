@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from components.manifests import pytorchjob_manifest
+from components.job_apis.pytorchjob import pytorchjob_manifest
 from components.settings import ElasticSettings, SettingsError, StackSettings, load_stack_file
 from tests.conftest import committed_epochs, wait_for_runner
 from tools import procs
