@@ -15,7 +15,7 @@ COMPONENT = "pytorch-distributed:index:TrainJob"
 
 @pytest.fixture(scope="module")
 def trainjob() -> ProgramResult:
-    result = run_program("dev-trainjob")
+    result = run_program("trainjob")
     assert result.error is None, result.error
     return result
 
@@ -42,25 +42,25 @@ def test_a_spec_change_replaces_the_trainjob_deleting_it_first(trainjob: Program
 
 def test_the_outputs_name_rank_0_by_its_completion_index(trainjob: ProgramResult) -> None:
     outputs = {key: output.value for key, output in trainjob.outputs.items()}
-    assert outputs["jobName"] == "ddp-dev-tj"
+    assert outputs["jobName"] == "ddp-trainjob"
     assert outputs["statusCommand"] == (
-        "kubectl --namespace default get trainjobs.trainer.kubeflow.org/ddp-dev-tj --watch"
+        "kubectl --namespace default get trainjobs.trainer.kubeflow.org/ddp-trainjob --watch"
     )
     assert "batch.kubernetes.io/job-completion-index=0" in outputs["logsCommand"]
     assert outputs["checkpointCommand"].startswith(
-        "kubectl --namespace default exec job/ddp-dev-tj-node-0 -- python -m trainer.checkpoint"
+        "kubectl --namespace default exec job/ddp-trainjob-node-0 -- python -m trainer.checkpoint"
     )
 
 
 def test_the_cluster_runtime_is_referenced_and_not_registered() -> None:
-    result = run_program("dev-trainjob", overrides={"job": {"clusterRuntime": "torch-distributed"}})
+    result = run_program("trainjob", overrides={"job": {"clusterRuntime": "torch-distributed"}})
     assert result.error is None, result.error
     assert not result.of_type(RUNTIME)
     assert result.one(TRAINJOB).inputs["spec"]["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
 
 
 def test_trainjob_on_runai_fails_before_anything_is_registered() -> None:
-    result = run_program("dev-trainjob", overrides={"platform": "runai", "runaiProject": "team-a"})
+    result = run_program("trainjob", overrides={"platform": "runai", "runaiProject": "team-a"})
     assert result.error is not None
     assert "job.api = 'trainjob': platform runai schedules PyTorchJob" in str(result.error)
     assert not result.of_type(TRAINJOB)

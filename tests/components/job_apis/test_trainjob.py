@@ -25,11 +25,11 @@ from components.settings import SettingsError, StackSettings, load_stack_file, p
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 API = job_api("trainjob")
-JOB = "ddp-dev-tj"  # job.name of the dev-trainjob stack
+JOB = "ddp-trainjob"  # job.name of the trainjob stack
 
 
 def dev(**job: Any) -> StackSettings:
-    settings = load_stack_file("dev-trainjob", REPO_ROOT)
+    settings = load_stack_file("trainjob", REPO_ROOT)
     return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **job))
 
 
