@@ -259,10 +259,11 @@ build_trainer() {
   GOBIN="$out/bin" go install -trimpath -ldflags "-s -w" \
     "$module/cmd/trainer-controller-manager@v$TRAINER_VERSION"
   source=$(module_dir "$module@v$TRAINER_VERSION")
-  mkdir -p "$out/share/trainer-crds" "$out/share/trainer-runtimes"
+  mkdir -p "$out/share/trainer-crds" "$out/share/trainer-runtimes" "$out/share/trainer-webhooks"
   cp "$source"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/share/trainer-crds/"
   cp "$source/manifests/base/runtimes/torch_distributed.yaml" "$out/share/trainer-runtimes/"
-  echo "trainer-controller-manager: $module@v$TRAINER_VERSION cmd/trainer-controller-manager, its CRDs (manifests/base/crds) and the torch-distributed ClusterTrainingRuntime (manifests/base/runtimes), Go module proxy" >"$out/PROVENANCE"
+  cp "$source/manifests/base/webhook/manifests.yaml" "$out/share/trainer-webhooks/"
+  echo "trainer-controller-manager: $module@v$TRAINER_VERSION cmd/trainer-controller-manager, its CRDs (manifests/base/crds), webhook configurations (manifests/base/webhook) and the torch-distributed ClusterTrainingRuntime (manifests/base/runtimes), Go module proxy" >"$out/PROVENANCE"
 }
 
 # JobSet: the controller (the module's root main package) and its CRD.
@@ -273,9 +274,13 @@ build_jobset() {
   wrapper_module "$work/mod" "$module" "v$JOBSET_VERSION"
   (cd "$work/mod" && go build -trimpath -ldflags "-s -w" -o "$out/bin/jobset" "$module")
   source=$(module_dir "$module@v$JOBSET_VERSION")
-  mkdir -p "$out/share/jobset-crds"
+  mkdir -p "$out/share/jobset-crds" "$out/share/jobset-webhooks"
   cp "$source"/config/components/crd/bases/*.yaml "$out/share/jobset-crds/"
-  echo "jobset: $module@v$JOBSET_VERSION (its root main package) and its CRD (config/components/crd/bases), Go module proxy" >"$out/PROVENANCE"
+  # The webhook configurations with the pod webhooks' objectSelector (JobSet's pods only), which
+  # its kustomization adds as patches.
+  cp "$source/config/components/webhook/manifests.yaml" "$out/share/jobset-webhooks/"
+  cp "$source"/config/components/webhook/patches/*.yaml "$out/share/jobset-webhooks/"
+  echo "jobset: $module@v$JOBSET_VERSION (its root main package), its CRD (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy" >"$out/PROVENANCE"
 }
 
 install_etcd() {
