@@ -18,6 +18,8 @@ this module relies on:
   (numProcPerNode, or "auto"), PET_NODE_RANK (the Job completion index, through the downward
   API), PET_MASTER_ADDR `<job>-node-0-0.<job>` and PET_MASTER_PORT 29500, and a container port
   29500; no WORLD_SIZE, RANK or MASTER_ADDR. It has no elastic training (a TODO in torch.go);
+- the `node` Job is an Indexed Job, so Kubernetes' Job controller adds JOB_COMPLETION_INDEX (the
+  pod's index, from its label) to every container, after the rest;
 - JobSet names the Job `<jobset>-node-0` (the JobSet is named after the TrainJob) and its pods
   `<job>-node-0-<index>-<random>`, with the hostname `<job>-node-0-<index>` in the subdomain
   `<job>` (a headless Service), and labels them `jobset.sigs.k8s.io/jobset-name`,
@@ -60,7 +62,9 @@ NODE = "node"  # the trainer's replicated job and its container (constants.Node)
 TRAINER_PORT = 29500  # constants.ContainerTrainerPort
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
-PATCH_MANAGER = "pytorch-distributed"
+# Trainer requires a domain-prefixed path (`<subdomain>/<path>`, as Kueue's
+# `kueue.x-k8s.io/manager`); the project's own annotations use the same prefix.
+PATCH_MANAGER = "pytorch-distributed/pulumi"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
@@ -248,8 +252,9 @@ def master_address(job_name: str) -> str:
 
 
 def injected_env(job: Mapping[str, Any], index: int) -> dict[str, str]:
-    """What the torch plugin puts into the `node` container of pod `index` (after trainer.env);
-    PET_NODE_RANK is the completion index the downward API gives the pod."""
+    """What the torch plugin puts into the `node` container of pod `index` (after trainer.env),
+    then the Job controller's JOB_COMPLETION_INDEX; PET_NODE_RANK is that same completion index,
+    which the downward API gives the pod."""
     nodes = num_nodes(job)
     if not 0 <= index < nodes:
         raise JobApiError(f"node index {index} is outside 0..{nodes - 1}")
@@ -259,6 +264,7 @@ def injected_env(job: Mapping[str, Any], index: int) -> dict[str, str]:
         "PET_NODE_RANK": str(index),
         "PET_MASTER_ADDR": master_address(job["metadata"]["name"]),
         "PET_MASTER_PORT": str(TRAINER_PORT),
+        "JOB_COMPLETION_INDEX": str(index),
     }
 
 

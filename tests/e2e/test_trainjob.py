@@ -103,13 +103,19 @@ def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
     (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "node"]
     env: dict[str, str] = {}
     annotations = pod["metadata"].get("annotations") or {}
+    labels = pod["metadata"].get("labels") or {}
     for entry in container.get("env") or []:
         if "value" in entry:
             env[entry["name"]] = entry["value"]
             continue
         path = entry["valueFrom"]["fieldRef"]["fieldPath"]
-        assert path == f"metadata.annotations['{COMPLETION_INDEX}']", path
-        env[entry["name"]] = annotations[COMPLETION_INDEX]
+        # PET_NODE_RANK from the annotation (Trainer), JOB_COMPLETION_INDEX from the label (Job).
+        assert path in (
+            f"metadata.annotations['{COMPLETION_INDEX}']",
+            f"metadata.labels['{COMPLETION_INDEX}']",
+        ), path
+        source = annotations if path.startswith("metadata.annotations") else labels
+        env[entry["name"]] = source[COMPLETION_INDEX]
     return env
 
 

@@ -58,7 +58,7 @@ def trainjob(*, nodes: int = 2, gpus: int = 1, image: str = DIGEST_IMAGE) -> dic
             },
             "runtimePatches": [
                 {
-                    "manager": "pytorch-distributed",
+                    "manager": "pytorch-distributed/pulumi",
                     "trainingRuntimeSpec": {
                         "template": {
                             "spec": {
@@ -150,6 +150,10 @@ def test_a_trainjob_on_runai_is_refused() -> None:
         (
             lambda job: job["spec"]["trainer"].update(numNodes=0),
             "spec.trainer.numNodes is 0; at least 1 node trains",
+        ),
+        (
+            lambda job: job["spec"]["runtimePatches"][0].update(manager="pytorch-distributed"),
+            "spec.runtimePatches[0].manager 'pytorch-distributed' is not a domain-prefixed path",
         ),
         (
             lambda job: job["metadata"].update(name="2fast"),

@@ -37,6 +37,10 @@ RESERVED_ENV: Final = (
     "PET_MASTER_PORT",
 )
 _DNS1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+# A runtime patch's manager: a domain-prefixed path (`<DNS-1123 subdomain>/<path>`).
+_DOMAIN_PREFIXED: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9._~!$&'()*+,;=:@/%-]+\Z"
+)
 _TRAINER_CONTAINER_KEYS: Final = {
     "image": "image",
     "command": "command",
@@ -130,6 +134,13 @@ def trainjob_shape(resource_type: str, props: Mapping[str, Any]) -> list[str]:
             messages.append(
                 f"spec.trainer.env sets {env_name}, which the torch plugin sets itself "
                 "(Trainer refuses the job)"
+            )
+    for index, entry in enumerate(as_list(dig(props, "spec", "runtimePatches"))):
+        manager = dig(entry, "manager")
+        if isinstance(manager, str) and not _DOMAIN_PREFIXED.match(manager):
+            messages.append(
+                f"spec.runtimePatches[{index}].manager {manager!r} is not a domain-prefixed path "
+                "(such as 'example.com/team'): Trainer refuses the job"
             )
     path, patch = _node_patch(props)
     if not patch and dig(props, "spec", "runtimePatches") is not None:

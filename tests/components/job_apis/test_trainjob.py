@@ -87,7 +87,7 @@ def test_the_trainer_carries_image_command_args_resources_and_size() -> None:
 def test_the_runtime_patch_mounts_the_claim_and_co_locates_the_pods() -> None:
     job = objects(dev()).job
     (patch,) = job["spec"]["runtimePatches"]
-    assert patch["manager"] == "pytorch-distributed"
+    assert patch["manager"] == "pytorch-distributed/pulumi"
     (replicated,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     pod = replicated["template"]["spec"]["template"]["spec"]
     assert {
@@ -193,6 +193,7 @@ def test_each_pod_gets_what_the_torch_plugin_injects() -> None:
             "PET_NODE_RANK": str(index),
             "PET_MASTER_ADDR": f"{JOB}-node-0-0.{JOB}",
             "PET_MASTER_PORT": "29500",
+            "JOB_COMPLETION_INDEX": str(index),  # Kubernetes' Job controller, Indexed Jobs
         }
         assert pod.restart_policy == "OnFailure"
         assert pod.container["name"] == "node"
