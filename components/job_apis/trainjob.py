@@ -53,6 +53,7 @@ from components.manifests import (
     resource_names,
     wait_annotations,
 )
+from components.settings import quantity_value
 
 if TYPE_CHECKING:
     from components.settings import StackSettings
@@ -240,8 +241,6 @@ def nproc_per_node(job: Mapping[str, Any]) -> str:
     ).get(GPU_RESOURCE)
     if gpus:
         return "auto"
-    from components.settings import quantity_value
-
     cpu = (resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu")
     return str(max(1, int(quantity_value(str(cpu))) if cpu else 0))
 
@@ -299,7 +298,7 @@ def node_template(
     trainer = _trainer(job)
     base = dict((_runtime_node_job(runtime).get("template") or {}).get("spec") or {})
     patched = _patched_pod(job)
-    spec: dict[str, Any] = {**base, **{k: v for k, v in (patched.get("spec") or {}).items()}}
+    spec: dict[str, Any] = {**base, **(patched.get("spec") or {})}
     runtime_container = next(
         (c for c in base.get("containers") or [] if c.get("name") == NODE), {"name": NODE}
     )
