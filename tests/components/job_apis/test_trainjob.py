@@ -331,3 +331,29 @@ def test_what_a_trainjob_cannot_do_is_one_line_naming_the_key(
     with pytest.raises(SettingsError) as error:
         parse_settings({"image": {"build": False, "ref": "trainer:1"}, **values})
     assert str(error.value).startswith(message), str(error.value)
+
+
+def test_the_container_backend_resolves_rank_0s_name_to_loopback(tmp_path: Path) -> None:
+    from tools import container_backend
+
+    stack = objects(dev())
+    commands, notices = container_backend.replica_commands(
+        stack.job,
+        engine=container_backend.Engine("podman"),
+        image="img",
+        namespace="default",
+        checkpoint_root=tmp_path,
+        master_port=4321,
+        run="r",
+        workdir=tmp_path,
+        runtime=stack.runtime,
+    )
+    assert notices == []
+    assert [c.name for c in commands] == [f"{JOB}-node-0-0", f"{JOB}-node-0-1"]
+    argv = commands[1].argv
+    assert argv[argv.index("--add-host") + 1] == f"{JOB}-node-0-0.{JOB}:127.0.0.1"
+    env = [argv[i + 1] for i, part in enumerate(argv) if part == "--env"]
+    assert "PET_MASTER_PORT=4321" in env and "PET_NODE_RANK=1" in env
+    assert f"PET_MASTER_ADDR={JOB}-node-0-0.{JOB}" in env  # resolved by --add-host
+    assert f"{tmp_path}:/checkpoints" in argv
+    assert commands[1].restart_policy == "OnFailure"
