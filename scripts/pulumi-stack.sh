@@ -14,7 +14,7 @@
 # The command itself runs through tools/pulumi_run.py (python3, standard library only): before it,
 # a lock left by a pulumi command that is gone (file backend) is removed and the operations an
 # interrupted update left unfinished are resolved; after a failure, one line says why and what
-# the next command does. README.md, "When an update is interrupted or fails", lists the cases.
+# the next command does. README.md, "Troubleshooting: interrupted and failed updates", lists them.
 set -euo pipefail
 
 die() {
