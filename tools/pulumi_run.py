@@ -389,10 +389,8 @@ def resolve_pending(cli: Cli, pending: Sequence[PendingOperation], action: str) 
     refresh = [cli.executable, "refresh", "--stack", cli.stack, "--yes", "--skip-preview"]
     returncode, errors = run_logged([*refresh, "--clear-pending-creates"])
     if returncode != 0:
-        raise StackError(
-            f"refreshing stack {cli.stack} before {action} failed, nothing was changed: "
-            + explain(action, cli.stack, returncode, errors)
-        )
+        why = explain(action, cli.stack, returncode, errors) or "its error is above"
+        raise StackError(f"refreshing stack {cli.stack} before {action} failed: {why}")
 
 
 def last_error_line(output: str) -> str:
@@ -406,7 +404,12 @@ def prepare(cli: Cli, action: str, project: str, hostname: str) -> None:
     if backend is not None:
         locks = stack_locks(stack_lock_dir(backend, project, cli.stack))
         handle_locks(locks, action, cli.stack, hostname)
-    pending = pending_operations(cli.export())
+    try:
+        pending = pending_operations(cli.export())
+    except (ValueError, AttributeError) as error:
+        raise StackError(
+            f"`pulumi stack export --stack {cli.stack}` did not print a deployment: {error}"
+        ) from error
     if not pending:
         return
     note(pending_message(pending, action, cli.stack))
@@ -447,15 +450,20 @@ def failures(event_log: Path) -> list[Failure]:
     return found
 
 
-def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure]) -> str:
-    """What went wrong, in one line, and what the next command does about it."""
+def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure]) -> str | None:
+    """What went wrong, in one line, and what the next command does about it; None for a
+    failure of no known kind, whose own error (a policy violation, a bad setting) says it."""
     again = f"`make {action} STACK={stack}`"
-    recorded = "what was done is recorded in the state"
+    if action == "preview":
+        done, resumes, pushes = "nothing was changed", f"run {again} again", f"run {again} again"
+    else:
+        done = "what was done is recorded in the state"
+        resumes, pushes = f"{again} goes on from there", f"{again} pushes again and goes on"
     if returncode < 0:
         name = signal.Signals(-returncode).name
         return (
-            f"pulumi was stopped by {name}: {recorded}; {again} clears the lock and the "
-            "unfinished operations it leaves and goes on"
+            f"pulumi was stopped by {name}: {done}; {again} clears the lock and the unfinished "
+            "operations it leaves and goes on"
         )
     text = "\n".join(error.message for error in errors)
     # A resource of the package, or its provider (`pulumi:providers:kubernetes`).
@@ -468,27 +476,24 @@ def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure])
         where = url.split("//", 1)[-1]  # a registry is named by host[:port]
         target = f"the registry {where}" if where else "the image registry"
         return (
-            f"{target} could not be reached while the image was built or pushed: {recorded}; "
-            f"once it answers, {again} pushes again and goes on"
+            f"{target} could not be reached while the image was built or pushed: {done}; "
+            f"once it answers, {pushes}"
         )
     if any(UNREACHABLE.search(e.message) for e in kubernetes):
         where = next((m.group(0) for e in kubernetes if (m := URL.search(e.message))), "")
         server = f"the Kubernetes API server {where}" if where else "the Kubernetes API server"
-        return (
-            f"{server} could not be reached: {recorded}; once it answers, {again} goes on from "
-            "there (objects it may have made meanwhile are adopted, not made twice)"
+        adopted = (
+            "" if action == "preview" else " (objects made meanwhile are adopted, not made twice)"
         )
+        return f"{server} could not be reached: {done}; once it answers, {resumes}{adopted}"
     if re.search(r"\bcancel(l)?ed\b", text, re.IGNORECASE):
-        return f"the command was interrupted: {recorded}; {again} goes on from there"
-    if re.search(r"timed out|timeout", text, re.IGNORECASE):
+        return f"the command was interrupted: {done}; {resumes}"
+    if action != "preview" and re.search(r"timed out|timeout", text, re.IGNORECASE):
         return (
             "a resource did not become ready in time (for the job: is the training operator "
-            f"running, do its pods schedule?): {recorded}; {again} waits for it again"
+            f"running, do its pods schedule?): {done}; {again} waits for it again"
         )
-    return (
-        f"{action} failed (exit {returncode}; the error is above): {recorded}; fix the cause "
-        f"and run {again}"
-    )
+    return None
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -547,8 +552,9 @@ def run_logged(argv: Sequence[str]) -> tuple[int, list[Failure]]:
 def run_command(action: str, stack: str, argv: Sequence[str]) -> int:
     """Run the CLI; after a failure print one line on why and what the next command does."""
     returncode, errors = run_logged(argv)
-    if returncode != 0:
-        note(explain(action, stack, returncode, errors))
+    explanation = explain(action, stack, returncode, errors) if returncode != 0 else None
+    if explanation is not None:
+        note(explanation)
     return 128 - returncode if returncode < 0 else returncode
 
 

@@ -2,7 +2,8 @@
 `image.build: true`, through podman's Docker Engine API and an authenticated loopback registry, as
 tests/e2e/test_image_build.py builds): the update fails with one line naming the registry, the
 next `make up` while it is down says the same, and once it is back the next `make up` pushes
-and finishes, nothing pending, nothing made twice, the job pinned to the digest it serves.
+and finishes, nothing pending, nothing made twice, the job pinned to the digest it serves. What
+the failed build left in the engine (the classic builder's working containers) is removed.
 
 Nothing here compares podman's whole store (another engineer's podman may run meanwhile): only
 the tags of this module's own repository are removed at the end.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from components.build_leftovers import Engine, Leftovers
 from components.manifests import resource_names
 from components.training_image import context_tag
 from tests.containers import (
@@ -140,16 +142,26 @@ def uploading(registry_dir: Path) -> bool:
     return uploads.is_dir() and any(uploads.iterdir())
 
 
+def build_engine(sock: Path) -> Engine:
+    """The engine the stack's Docker provider builds through, as the build hooks see it."""
+    import docker
+
+    return Engine(docker.DockerClient(base_url=f"unix://{sock}"))
+
+
 def test_the_registry_down_during_a_push(
     stack: Stack,
     registry: Registry,
     registry_dir: Path,
+    engine: Path,
     cluster: Cluster,
     request: pytest.FixtureRequest,
 ) -> None:
     kube = Kube(cluster)
     rng = seeded(request.node.name)
     names = resource_names(stack.settings())
+    store = build_engine(engine)
+    before = store.contents()
     running = Running.start(stack, "up")
     running.wait_for("a Kubernetes object made", any_object_done)
     deadline = time.monotonic() + 1200
@@ -171,6 +183,10 @@ def test_the_registry_down_during_a_push(
             claim = Claim.mark(kube, cluster, names.claim, "epoch 1\n")
         lines = explained(first)
         assert any(f"the registry {registry.address}" in line for line in lines), first.output
+        # The image was built before the push failed: what its build left in the engine is
+        # removed all the same (the error hook), only ever this build's own.
+        built = f"{registry.address}/{REPOSITORY}:{context_tag(stack.project.work_dir / 'trainer')}"
+        assert Leftovers.of_build(store, built, before).containers == [], "build leftovers"
         # The next `make up` while it is still down says the same.
         down = stack.up(check=False)
         assert down.returncode != 0, down.output

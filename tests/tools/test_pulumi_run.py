@@ -158,13 +158,30 @@ def test_event_log_path_from_the_users_flags() -> None:
             "is the training operator running",
         ),
         (-signal.SIGKILL, [], "pulumi was stopped by SIGKILL"),
-        (255, [Failure("policy violation", "")], "up failed (exit 255; the error is above)"),
     ],
 )
 def test_a_failure_is_explained_in_one_line(
     returncode: int, errors: list[Failure], expected: str
 ) -> None:
     line = explain("up", "dev", returncode, errors)
+    assert line is not None
     assert expected in line
     assert "\n" not in line
+    assert "what was done is recorded in the state" in line
     assert "`make up STACK=dev`" in line
+
+
+def test_a_preview_changed_nothing() -> None:
+    refused = Failure("dial tcp 127.0.0.1:6443: connect: connection refused", "")
+    line = explain("preview", "dev", 255, [refused])
+    assert line == (
+        "the Kubernetes API server could not be reached: nothing was changed; once it answers, "
+        "run `make preview STACK=dev` again"
+    )
+
+
+def test_a_failure_of_no_known_kind_adds_no_line() -> None:
+    """A policy violation or a bad setting says what is wrong itself, in one line."""
+    violation = Failure("checkpoint-claim-protection: mandatory policy violated", "")
+    assert explain("up", "dev", 255, [violation]) is None
+    assert explain("up", "dev", 255, []) is None

@@ -399,5 +399,5 @@ def test_a_failed_up_names_the_unreachable_api_server(
     assert notes(result) == [
         "pulumi-stack.sh: the Kubernetes API server https://10.0.0.1:6443 could not be reached: "
         "what was done is recorded in the state; once it answers, `make up STACK=dev` goes on "
-        "from there (objects it may have made meanwhile are adopted, not made twice)"
+        "from there (objects made meanwhile are adopted, not made twice)"
     ]
