@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from pulumi.automation import EngineEvent
 
 from components.manifests import resource_names
-from tests.e2e.conftest import Cluster, Result, Stack
+from tests.e2e.conftest import Cluster, Result, Stack, read_events
 
 SEED = int(os.environ.get("PD_E2E_FAULT_SEED") or random.SystemRandom().randrange(2**32))
 NAMESPACE = "default"
@@ -202,7 +201,7 @@ class Running:
 
     def result(self, timeout: float = 600) -> Result:
         returncode = self.popen.wait(timeout=timeout)
-        events = [EngineEvent.from_json(event) for event in self.events()]
+        events = read_events(self.events_file) if self.events_file.exists() else []
         return Result(returncode, self.output(), events)
 
 

@@ -12,7 +12,6 @@ the tags of this module's own repository are removed at the end.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -62,8 +61,6 @@ def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def registry(registry_dir: Path) -> Iterator[Registry]:
     with local_registry(registry_dir, username=USERNAME, password=REGISTRY_PASSWORD) as started:
         yield started
-    # The pushed base image's layers (about 5 GB): pytest would keep them with its last runs.
-    shutil.rmtree(registry_dir / "registry" / "storage", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
