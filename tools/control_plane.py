@@ -102,6 +102,8 @@ class ControlPlane:
     server: str = field(init=False)
     _processes: list[_Process] = field(default_factory=list, init=False)
     _service_account_key: Path = field(init=False)
+    # What stop_apiserver stopped: the command line start_apiserver runs again.
+    _stopped_apiserver: list[str] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -159,6 +161,54 @@ class ControlPlane:
 
     def pids(self) -> list[int]:
         return [process.popen.pid for process in self._processes]
+
+    # -- faults: a component stopped and started again (tests/e2e/test_faults.py) ---------------
+
+    def stop_apiserver(self) -> None:
+        """Kill the API server (SIGKILL), as a crash or a lost network would: every client,
+        `pulumi up` included, gets connection refused until start_apiserver."""
+        self._stopped_apiserver = self._stop_component("kube-apiserver", signal.SIGKILL)
+
+    def start_apiserver(self) -> None:
+        """Start the API server stop_apiserver stopped with the same command line (port,
+        certificates, tokens, etcd), so the kubeconfig and every component's connection are
+        valid again; return once it answers /readyz."""
+        if not self._stopped_apiserver:
+            raise ControlPlaneError("start_apiserver: the API server was not stopped")
+        binary, *args = self._stopped_apiserver
+        process = self._start(Path(binary).name, args)
+        self._stopped_apiserver = []
+        token = (self.workdir / "pki" / "tokens.csv").read_text().split(",", 1)[0]
+        ca = self.workdir / "pki" / "apiserver.crt"
+        self._wait(
+            process, "/readyz", lambda: _http_ok(f"{self.server}/readyz", ca=ca, token=token)
+        )
+
+    def stop_operator(self) -> None:
+        """Stop the training operator: PyTorchJobs are stored, nothing creates their pods."""
+        self._stop_component("training-operator", signal.SIGTERM)
+
+    def start_operator(self) -> None:
+        """Start the training operator again; return once it is ready. It reconciles the jobs
+        created while it was down."""
+        self._start_operator()
+
+    def _stop_component(self, name: str, stop_signal: signal.Signals) -> list[str]:
+        """Stop one running component, wait until it is gone and forget it; its command line."""
+        process = next((p for p in self._processes if p.name == name), None)
+        if process is None:
+            raise ControlPlaneError(f"{name} is not running")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, stop_signal)
+        try:
+            process.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait()
+        process.log.close()
+        self._processes.remove(process)
+        return [str(arg) for arg in process.popen.args]
 
     # -- components -----------------------------------------------------------------------------
 
