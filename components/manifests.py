@@ -49,12 +49,6 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
-# Running, or already Succeeded: a short job can finish before the await sees Running, and the
-# provider re-checks this on every update, also of a job that finished long ago.
-WAIT_FOR_RUNNING = (
-    'jsonpath={.status.conditions[?(@.status=="True" && '
-    '(@.type=="Running" || @.type=="Succeeded"))]}'
-)
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
@@ -277,17 +271,15 @@ def _replica(settings: StackSettings, *, image: Any, replica_type: str, replicas
 
 
 def wait_annotations(settings: StackSettings) -> dict[str, str]:
-    """How long `pulumi up` waits on the job (pulumi-kubernetes 4.x await annotations).
+    """What the provider itself waits for on the job (pulumi-kubernetes 4.x await annotations).
 
     A PyTorchJob is a custom resource: pulumi-kubernetes waits for nothing beyond creation by
-    default, skips even that with `pulumi.com/skipAwait`, and with `pulumi.com/waitFor` waits until
-    the given condition holds (the operator sets the `Running` condition once all pods run).
+    default and skips even that with `pulumi.com/skipAwait`. `running` is no annotation: the
+    provider's `pulumi.com/waitFor` could only time out on a job that never runs, so the program
+    waits itself, failing fast with the reason (components/job_wait.py).
     """
-    wait_for = settings.job.wait_for
-    if wait_for == "none":
+    if settings.job.wait_for == "none":
         return {"pulumi.com/skipAwait": "true"}
-    if wait_for == "running":
-        return {"pulumi.com/waitFor": WAIT_FOR_RUNNING}
     return {}
 
 

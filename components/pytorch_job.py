@@ -15,18 +15,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.settings import JobSettings
-
-# With waitFor "running", `pulumi up` waits until every pod runs; pulling a multi-GB CUDA image
-# onto fresh GPU nodes can take far longer than the provider's default.
-RUNNING_TIMEOUT = "30m"
-
 
 class PyTorchJob(pulumi.ComponentResource):
     """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted.
 
     `manifest` is the job from `stack_objects`; the Kubernetes provider comes from the parent's
-    `providers`.
+    `providers`. `hooks` run after the job's create and update (`job_wait.wait_hooks`: the wait
+    for `job.waitFor: running`).
     """
 
     job_name: pulumi.Output[str]
@@ -34,16 +29,13 @@ class PyTorchJob(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        job: JobSettings,
         manifest: Mapping[str, Any],
         *,
         depends_on: Sequence[pulumi.Resource] = (),
+        hooks: pulumi.ResourceHookBinding | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:PyTorchJob", name, None, opts)
-        timeouts = None
-        if job.wait_for == "running":
-            timeouts = pulumi.CustomTimeouts(create=RUNNING_TIMEOUT, update=RUNNING_TIMEOUT)
         self.job = k8s.apiextensions.CustomResource(
             f"{name}-job",
             api_version=manifest["apiVersion"],
@@ -55,7 +47,7 @@ class PyTorchJob(pulumi.ComponentResource):
                 depends_on=list(depends_on),
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
-                custom_timeouts=timeouts,
+                hooks=hooks,
             ),
         )
         self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])

@@ -15,6 +15,7 @@ import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 
 from components.checkpoint_volume import CheckpointVolume
+from components.job_wait import wait_hooks
 from components.manifests import resource_names, stack_objects
 from components.pytorch_job import PyTorchJob
 from components.registry_credential import RegistryCredential
@@ -87,7 +88,11 @@ class TrainingEnvironment(pulumi.ComponentResource):
         )
         job_dependencies.append(volume)
         job = PyTorchJob(
-            f"{name}-job", settings.job, objects.job, depends_on=job_dependencies, opts=child
+            f"{name}-job",
+            objects.job,
+            depends_on=job_dependencies,
+            hooks=wait_hooks(settings),
+            opts=child,
         )
 
         names = resource_names(settings)

@@ -60,6 +60,8 @@ class RegisteredResource:
     dependencies: list[str]
     custom_timeouts: dict[str, str]
     urn: str
+    # Names of the resource hooks bound to each lifecycle step ({"after_create": [...], ...}).
+    hooks: dict[str, list[str]]
 
     def plain_inputs(self) -> dict[str, Any]:
         """The inputs with secret markers unwrapped (for schema checks; never print these)."""
@@ -211,6 +213,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                         if getattr(timeouts, key)
                     },
                     urn=response.urn,
+                    hooks={
+                        step: list(getattr(request.hooks, step))
+                        for step in ("before_create", "after_create", "after_update")
+                        if getattr(request.hooks, step)
+                    },
                 )
             )
         return response

@@ -17,7 +17,6 @@ import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
 from components.manifests import docker_config
-from tests.components import RUNNING_OR_SUCCEEDED
 from tests.components.k8s_rules import validate_manifest
 from tests.pulumi_harness import (
     REPO_ROOT,
@@ -203,8 +202,10 @@ def test_prod_job(prod: ProgramResult) -> None:
     assert job.inputs["metadata"]["namespace"] == "runai-team-a"
     assert job.inputs["spec"]["nprocPerNode"] == "1"
     assert job.inputs["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 604800
-    assert job.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": RUNNING_OR_SUCCEEDED}
-    assert job.custom_timeouts.get("create")
+    # waitFor: running is the program's own wait after create and update, not the provider's.
+    assert "annotations" not in job.inputs["metadata"]
+    wait = ["pytorch-ddp-wait-for-running"]
+    assert job.hooks == {"after_create": wait, "after_update": wait}
     for labels in [
         job.inputs["metadata"]["labels"],
         *[spec["template"]["metadata"]["labels"] for spec in specs.values()],
@@ -502,7 +503,7 @@ def test_wait_for_annotations(wait_for: str, annotations: dict[str, str] | None)
     result = run_program("dev", overrides={"job": {"waitFor": wait_for}})
     assert result.error is None
     assert result.one(JOB).inputs["metadata"].get("annotations") == annotations
-    assert result.one(JOB).custom_timeouts == {}
+    assert result.one(JOB).hooks == {}
 
 
 def test_preview_with_unknown_image_digest() -> None:
