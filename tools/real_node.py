@@ -134,7 +134,10 @@ class RealNode:
     def start(self) -> None:
         _require_root_and_cgroup_v1()
         if self.directory.exists():
-            raise ControlPlaneError(f"{self.directory} exists: a real node started there before")
+            # A node stopped before leaves its logs and configs: a new one starts afresh.
+            if os.path.ismount(self.namespaces.directory):
+                raise ControlPlaneError(f"a real node still runs in {self.directory}")
+            shutil.rmtree(self.directory)
         self.directory.mkdir(parents=True)
         for hidden in PRIVATE_TMPFS:
             if self.directory.resolve().is_relative_to(hidden):
