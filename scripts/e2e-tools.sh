@@ -353,6 +353,8 @@ GO
 # its own nslookup applet whatever PATH holds.)
 build_init_image() {
   mkdir -p "$work/deb" "$work/root/bin" "$work/root/lib/x86_64-linux-gnu" "$work/root/lib64" "$work/mod"
+  # A fresh machine may have no package lists yet.
+  apt-cache show busybox >/dev/null 2>&1 || apt-get update -qq
   (cd "$work" && apt-get download busybox libc6 >/dev/null)
   local deb applet library
   for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/deb"; done

@@ -4,7 +4,9 @@ etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow trai
 kwok (fake nodes: pods get scheduled and reach Running without a kubelet or containers) run as
 plain processes from the binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What
 Pulumi talks to is therefore a genuine API server with the PyTorchJob CRD, real admission,
-server-side apply, garbage collection, PV binding and the operator's reconciliation.
+server-side apply, garbage collection, PV binding and the operator's reconciliation. The API
+server reaches nodes and pods only through an egress proxy (tools/node_network.py), and
+`ControlPlane.real_node()` adds a node whose pods really run (tools/real_node.py).
 
     python -m tools.control_plane --workdir /tmp/cp   # start, print the kubeconfig, wait for ^C
 
@@ -304,8 +306,13 @@ class ControlPlane:
     def real_node_dir(self) -> Path:
         return self.workdir / REAL_NODE_DIR
 
+    @property
+    def egress_socket(self) -> Path:
+        """The API server's way to nodes and pods (tools/node_network.py's egress proxy)."""
+        return self.workdir / "egress.sock"
+
     def _start_egress_proxy(self) -> None:
-        sock = self.workdir / "egress.sock"
+        sock = self.egress_socket
         process = self._start(
             "egress-proxy",
             [
@@ -328,7 +335,7 @@ class ControlPlane:
                     "name": "cluster",
                     "connection": {
                         "proxyProtocol": "HTTPConnect",
-                        "transport": {"uds": {"udsName": str(self.workdir / "egress.sock")}},
+                        "transport": {"uds": {"udsName": str(self.egress_socket)}},
                     },
                 }
             ],
