@@ -1,4 +1,5 @@
-"""Resource hooks that make `pulumi up` wait for the PyTorchJob's outcome, and fail when it fails.
+"""Resource hooks that make `pulumi up` wait for the training job's outcome (a PyTorchJob or a
+TrainJob), and fail when it fails.
 
 Why hooks: pulumi-kubernetes 4.25 applies a custom resource and then either returns at once or,
 with `pulumi.com/waitFor`, waits until one given condition holds. It has no condition that fails
@@ -58,6 +59,11 @@ class WaitTarget:
     kube_context: str | None
     wait_for: str  # running | succeeded
     stack: str
+    kind: str = "PyTorchJob"  # the job's API kind
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.job}"
 
     def reached(self, state: JobState) -> bool:
         if state.outcome is not None:
@@ -81,7 +87,7 @@ class _Urn:
 
 
 class JobOutcome:
-    """The PyTorchJob's after-create and after-update hooks: `binding()` goes into its options."""
+    """The job's after-create and after-update hooks: `binding()` goes into its options."""
 
     def __init__(self, name: str, target: WaitTarget) -> None:
         if target.wait_for not in WAITING_MODES:
@@ -124,7 +130,7 @@ class JobOutcome:
         """Wait as the module docstring says; `log(level, message)` reports progress."""
         target = self.target
         try:
-            watch = JobWatch.connect(target.kube_context, target.namespace, target.job)
+            watch = JobWatch.connect(target.kube_context, target.namespace, target.job, target.kind)
             if not created:
                 state = watch.state()
                 if state is not None and state.outcome is not None:
@@ -132,7 +138,7 @@ class JobOutcome:
                     since = f" at {finished.since}" if finished is not None else ""
                     log(
                         "warn" if state.outcome == "Failed" else "info",
-                        f"PyTorchJob {target.namespace}/{target.job} finished earlier "
+                        f"{target.title} finished earlier "
                         f"({state.outcome}{since}); an update of its metadata does not run it "
                         f"again (pulumi up --replace '{urn}' does)",
                     )
@@ -148,7 +154,7 @@ class JobOutcome:
             raise JobOutcomeError(
                 "\n".join(
                     [
-                        f"PyTorchJob {target.namespace}/{target.job} did not reach Running "
+                        f"{target.title} did not reach Running "
                         f"within {RUNNING_TIMEOUT_SECONDS // 60} minutes "
                         f"(job.waitFor: running); it is {timeout.state.phase}:",
                         *pods,
@@ -158,14 +164,13 @@ class JobOutcome:
             ) from None
         except (JobWatchError, *api_errors()) as error:
             raise JobOutcomeError(
-                f"cannot watch PyTorchJob {target.namespace}/{target.job} "
-                f"(job.waitFor: {target.wait_for}): {error}"
+                f"cannot watch {target.title} (job.waitFor: {target.wait_for}): {error}"
             ) from None
         if not target.reached(state):
             raise JobOutcomeError(
                 "\n".join(
                     [
-                        f"PyTorchJob {target.namespace}/{target.job}: a pod cannot start "
+                        f"{target.title}: a pod cannot start "
                         f"(job.waitFor: {target.wait_for}); the job stays created, and its pods "
                         "start once the cause is fixed:",
                         *(f"  {replica_line(r)}" for r in state.replicas_that_cannot_start),

@@ -1,17 +1,16 @@
-"""What a PyTorchJob and its pods say about a training run, in words a person can act on.
+"""What a training job and its pods say about a training run, in words a person can act on.
 
 Pure functions over the API server's JSON (what `kubectl get -o json` prints): the resource hooks
 that make `pulumi up` wait for the job (components/job_outcome.py) and `make status`
 (tools/status.py) read the same objects through components/job_watch.py and report them with the
 same words, so a failure reads the same in both places.
 
-Facts about the Kubeflow training operator (kubeflow.org/v1, v1.9) this relies on:
-- the job's `status.conditions` are Created, Running, Restarting, Succeeded, Failed (and
-  Suspended), each with a reason (`PyTorchJobFailed`, ...), a message and lastTransitionTime; once
-  Failed is true the operator changes no condition again;
-- it labels each pod `training.kubeflow.org/job-name`, `.../replica-type` (lower case) and
-  `.../replica-index`, and names it `<job>-<type>-<index>`;
-- the training container is named `pytorch`.
+The job's API (components/job_apis/, found by the job's `kind`) says what its conditions are in
+the words used here (Created, Running, Restarting, Succeeded, Failed, Suspended, each with a
+reason, a message and lastTransitionTime; once Failed is true nothing changes them again), which
+pod of the job a pod is, and the training container's name. A PyTorchJob's conditions are the
+operator's own; a TrainJob's Complete is told as Succeeded and its Running is derived from its
+pods.
 """
 
 from __future__ import annotations
@@ -20,15 +19,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-CONTAINER = "pytorch"
+from components.job_apis import JobApi, api_of_kind
+
+DEFAULT_KIND = "PyTorchJob"
 LOG_LINES = 20
 # The order a person reads a job's life in; conditions the operator adds later go last.
 CONDITION_ORDER = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
-REPLICA_ORDER = ("Master", "Worker")
 # The trainer's exit code when a collective fails because another rank is gone (trainer/cli.py's
 # EXIT_PEER_LOST; components do not import the trainer package, a test checks they agree).
 PEER_LOST_EXIT_CODE = 200
@@ -64,7 +60,7 @@ class Replica:
     """One pod of the job, as its training container last reported."""
 
     pod: str
-    replica_type: str  # Master or Worker
+    replica_type: str  # Master or Worker (a PyTorchJob), Node (a TrainJob)
     index: int
     phase: str  # the pod's phase, or Terminating once it is being deleted
     restarts: int  # container restarts in place (OnFailure); a recreated pod starts at 0
@@ -76,6 +72,9 @@ class Replica:
     # holds the failure); False when only an earlier instance ended (OnFailure restarted it).
     exited_now: bool
     uid: str
+    # The pod's stable name: the operator's pod name, or a JobSet pod's hostname (its own name
+    # ends in a random suffix).
+    role: str = ""
 
     @property
     def failed(self) -> bool:
@@ -99,6 +98,16 @@ class JobState:
     replicas: tuple[Replica, ...]
     uid: str = ""
     resource_version: str = ""
+    kind: str = DEFAULT_KIND  # the job's API kind: PyTorchJob or TrainJob
+
+    @property
+    def api(self) -> JobApi:
+        return api_of_kind(self.kind)
+
+    @property
+    def title(self) -> str:
+        """`<Kind> <namespace>/<name>`: how every line names the job."""
+        return f"{self.kind} {self.namespace}/{self.name}"
 
     def condition(self, condition_type: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == condition_type), None)
@@ -139,18 +148,19 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def _container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    named = [status for status in statuses if status.get("name") == CONTAINER]
+    named = [status for status in statuses if status.get("name") == container]
     return (named or statuses or [{}])[0]
 
 
-def replica_of(pod: Mapping[str, Any]) -> Replica:
-    """A pod of the job as a Replica (labels, phase, and its training container's state)."""
+def replica_of(pod: Mapping[str, Any], api: JobApi | None = None) -> Replica:
+    """A pod of the job as a Replica (which pod of the job its API says it is, its phase, and
+    its training container's state); a PyTorchJob's pod unless `api` says otherwise."""
+    api = api or api_of_kind(DEFAULT_KIND)
     metadata = pod.get("metadata") or {}
-    labels = metadata.get("labels") or {}
     status = pod.get("status") or {}
-    container = _container_status(pod)
+    container = _container_status(pod, api.container)
     state = container.get("state") or {}
     last = (container.get("lastState") or {}).get("terminated")
     terminated = state.get("terminated")
@@ -175,14 +185,11 @@ def replica_of(pod: Mapping[str, Any]) -> Replica:
     if unscheduled and not container:
         waiting = {"reason": unscheduled[0].get("reason") or "Unschedulable"}
         message = unscheduled[0].get("message") or ""
-    name = str(metadata.get("name", ""))
-    # The labels, or else the name the operator gives every pod: <job>-<type>-<index>.
-    _, named_type, named_index = ["", "", "", *name.rsplit("-", 2)][-3:]
-    index = _int(labels.get(REPLICA_INDEX_LABEL, named_index))
+    identity = api.identify(pod)
     return Replica(
-        pod=name,
-        replica_type=str(labels.get(REPLICA_TYPE_LABEL, named_type)).capitalize(),
-        index=index if index is not None else 0,
+        pod=str(metadata.get("name", "")),
+        replica_type=identity.replica_type,
+        index=identity.index,
         phase="Terminating" if metadata.get("deletionTimestamp") else str(status.get("phase", "")),
         restarts=_int(container.get("restartCount")) or 0,
         exit_code=_int(ended.get("exitCode")),
@@ -191,13 +198,17 @@ def replica_of(pod: Mapping[str, Any]) -> Replica:
         waiting=str(waiting.get("reason") or ""),
         exited_now=terminated is not None,
         uid=str(metadata.get("uid", "")),
+        role=identity.role,
     )
 
 
 def job_state(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> JobState:
-    """A PyTorchJob and its pods (newest incarnation of each pod name) as a JobState."""
+    """A job and its pods (newest incarnation of each pod name) as a JobState; a job without a
+    `kind` is a PyTorchJob."""
+    api = api_of_kind(str(job.get("kind") or DEFAULT_KIND))
+    pods = list(pods)
     metadata = job.get("metadata") or {}
-    raw = (job.get("status") or {}).get("conditions") or []
+    raw = api.conditions(job, pods)
     conditions = [
         Condition(
             type=str(c.get("type", "")),
@@ -210,12 +221,10 @@ def job_state(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> JobS
     ]
     rank = {name: index for index, name in enumerate(CONDITION_ORDER)}
     conditions.sort(key=lambda c: (rank.get(c.type, len(rank)), c.type))
+    order = api.replica_order
     replicas = sorted(
-        (replica_of(pod) for pod in pods),
-        key=lambda r: (
-            REPLICA_ORDER.index(r.replica_type) if r.replica_type in REPLICA_ORDER else 9,
-            r.index,
-        ),
+        (replica_of(pod, api) for pod in pods),
+        key=lambda r: (order.index(r.replica_type) if r.replica_type in order else 9, r.index),
     )
     return JobState(
         namespace=str(metadata.get("namespace", "")),
@@ -224,6 +233,7 @@ def job_state(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> JobS
         replicas=tuple(replicas),
         uid=str(metadata.get("uid", "")),
         resource_version=str(metadata.get("resourceVersion", "")),
+        kind=api.kind,
     )
 
 
@@ -278,9 +288,7 @@ def progress_line(state: JobState) -> str:
     )
     latest = state.condition(state.phase)
     said = f": {latest.message}" if latest is not None and latest.message else ""
-    return f"PyTorchJob {state.namespace}/{state.name} {state.phase}{said}" + (
-        f" [{pods}]" if pods else " [no pods yet]"
-    )
+    return f"{state.title} {state.phase}{said}" + (f" [{pods}]" if pods else " [no pods yet]")
 
 
 def recreated_lines(before: JobState | None, after: JobState) -> list[str]:
@@ -333,7 +341,7 @@ def failure_report(
     none: `logs` maps a pod to its lines, or to a string saying why they are missing), and what
     to do next."""
     failed = state.condition("Failed")
-    lines = [f"PyTorchJob {state.namespace}/{state.name} failed"]
+    lines = [f"{state.title} failed"]
     if failed is not None:
         lines[0] += f" ({failed.reason}, {failed.since}): {failed.message}"
     replicas = state.failed_replicas
@@ -359,7 +367,7 @@ def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
 def status_table(state: JobState, events: Sequence[Mapping[str, Any]] = ()) -> list[str]:
     """`make status`'s report: the job's conditions with their times, one row per pod (phase,
     restarts, last exit code and reason), then the job's recent events."""
-    lines = [f"PyTorchJob {state.namespace}/{state.name}: {state.phase}"]
+    lines = [f"{state.title}: {state.phase}"]
     if state.conditions:
         rows = [("CONDITION", "STATUS", "SINCE", "REASON", "MESSAGE")]
         rows += [(c.type, c.status, c.since, c.reason, c.message) for c in state.conditions]

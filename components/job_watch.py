@@ -1,4 +1,5 @@
-"""A PyTorchJob and its pods read from the API server, waited on, and followed.
+"""A training job (PyTorchJob or TrainJob) and its pods read from the API server, waited on, and
+followed.
 
 Why here and not in the provider: pulumi-kubernetes 4.25 waits on a custom resource only for a
 `pulumi.com/waitFor` condition and cannot fail when another one (Failed) becomes true, so the job's
@@ -20,18 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from components.job_state import (
-    CONTAINER,
-    GROUP,
-    JOB_NAME_LABEL,
-    KIND,
-    LOG_LINES,
-    PLURAL,
-    VERSION,
-    JobState,
-    Replica,
-    job_state,
-)
+from components.job_apis import JobApi, api_of_kind
+from components.job_state import DEFAULT_KIND, LOG_LINES, JobState, Replica, job_state
 
 WINDOW_SECONDS = 20
 # Consecutive failed reads of the API server before a wait gives up (a few minutes of retries).
@@ -77,19 +68,23 @@ def api_client(context: str | None) -> Any:
 
 
 class JobWatch:
-    """One PyTorchJob (namespace/name) on one cluster."""
+    """One job (namespace/name, of the API whose kind is `kind`) on one cluster."""
 
-    def __init__(self, api: Any, namespace: str, name: str) -> None:
+    def __init__(self, api: Any, namespace: str, name: str, kind: str = DEFAULT_KIND) -> None:
         from kubernetes import client
 
         self.namespace, self.name = namespace, name
+        self.job_api: JobApi = api_of_kind(kind)
+        self.title = f"{kind} {namespace}/{name}"
         self._api = api
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
 
     @classmethod
-    def connect(cls, context: str | None, namespace: str, name: str) -> JobWatch:
-        return cls(api_client(context), namespace, name)
+    def connect(
+        cls, context: str | None, namespace: str, name: str, kind: str = DEFAULT_KIND
+    ) -> JobWatch:
+        return cls(api_client(context), namespace, name, kind)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -97,18 +92,20 @@ class JobWatch:
         from kubernetes.client import ApiException
 
         try:
-            return self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name
+            api = self.job_api
+            job = self._custom.get_namespaced_custom_object(
+                api.group, api.version, self.namespace, api.plural, self.name
             )
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
+        return {"kind": self.job_api.kind, **job}
 
     def pods(self) -> list[dict[str, Any]]:
         response = self._core.list_namespaced_pod(
             self.namespace,
-            label_selector=f"{JOB_NAME_LABEL}={self.name}",
+            label_selector=self.job_api.pod_selector(self.name),
             _preload_content=False,
         )
         return list(json.loads(response.data).get("items") or [])
@@ -123,7 +120,7 @@ class JobWatch:
         those of an earlier job of the same name."""
         response = self._core.list_namespaced_event(
             self.namespace,
-            field_selector=f"involvedObject.kind={KIND},involvedObject.uid={state.uid}",
+            field_selector=f"involvedObject.kind={state.kind},involvedObject.uid={state.uid}",
             _preload_content=False,
         )
         events = json.loads(response.data).get("items") or []
@@ -147,7 +144,7 @@ class JobWatch:
             text = self._core.read_namespaced_pod_log(
                 replica.pod,
                 self.namespace,
-                container=CONTAINER,
+                container=self.job_api.container,
                 tail_lines=lines,
                 previous=not replica.exited_now and replica.restarts > 0,
                 _request_timeout=30,
@@ -164,7 +161,7 @@ class JobWatch:
         response = self._core.read_namespaced_pod_log(
             pod,
             self.namespace,
-            container=CONTAINER,
+            container=self.job_api.container,
             follow=True,
             tail_lines=tail,
             _preload_content=False,
@@ -188,12 +185,13 @@ class JobWatch:
         job's last state when it was deleted, else None."""
         from kubernetes import watch
 
+        api = self.job_api
         stream = watch.Watch().stream(
             self._custom.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            api.group,
+            api.version,
             self.namespace,
-            PLURAL,
+            api.plural,
             field_selector=f"metadata.name={self.name}",
             resource_version=resource_version,
             timeout_seconds=max(1, int(seconds)),
@@ -201,7 +199,7 @@ class JobWatch:
         )
         for event in stream:
             if event["type"] == "DELETED":
-                return dict(event["object"])
+                return {"kind": api.kind, **event["object"]}
             return None
         return None
 
@@ -226,9 +224,7 @@ class JobWatch:
             try:
                 state = self.state(job)
                 if state is None:
-                    raise JobWatchError(
-                        f"PyTorchJob {self.namespace}/{self.name} does not exist (deleted?)"
-                    )
+                    raise JobWatchError(f"{self.title} does not exist (deleted?)")
                 if describe(state) != said:
                     said = describe(state)
                     on_change(state)
@@ -236,13 +232,12 @@ class JobWatch:
                     return state
                 if job is not None:  # the watch saw it deleted, and it had not finished
                     raise JobWatchError(
-                        f"PyTorchJob {self.namespace}/{self.name} was deleted before it "
-                        f"finished (it was {state.phase})"
+                        f"{self.title} was deleted before it finished (it was {state.phase})"
                     )
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise WaitTimeoutError(
-                        f"PyTorchJob {self.namespace}/{self.name}: gave up after {timeout:.0f}s",
+                        f"{self.title}: gave up after {timeout:.0f}s",
                         state,
                     )
                 window = WINDOW_SECONDS if left is None else min(WINDOW_SECONDS, left)
@@ -254,15 +249,14 @@ class JobWatch:
                     continue
                 if isinstance(error, ApiException) and error.status in (401, 403):
                     raise JobWatchError(
-                        f"PyTorchJob {self.namespace}/{self.name}: the API server refused to "
+                        f"{self.title}: the API server refused to "
                         f"show it ({error.status} {error.reason}); the watch needs get, list "
-                        "and watch on pytorchjobs and get and list on pods"
+                        f"and watch on {self.job_api.plural} and get and list on pods"
                     ) from None
                 errors += 1
                 if errors >= MAX_API_ERRORS:
                     raise JobWatchError(
-                        f"PyTorchJob {self.namespace}/{self.name}: the API server failed "
-                        f"{errors} times in a row: {error}"
+                        f"{self.title}: the API server failed {errors} times in a row: {error}"
                     ) from None
                 job = None
                 time.sleep(min(2 * errors, 10))

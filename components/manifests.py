@@ -5,23 +5,9 @@ runner must produce the same objects, and a `pulumi preview --diff` shows field-
 when the program registers real nested dicts rather than one computed blob. Inputs (the image
 reference, the registry password) may be Pulumi Outputs; they only ever appear at the leaves.
 
-Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies on:
-- its admission webhook accepts only the replica types Master and Worker, needs a container named
-  `pytorch` in every template, Master `replicas` exactly 1, and a job name that is a DNS-1035 label;
-- it injects MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK and the torchrun PET_* variables
-  (PET_MASTER_ADDR, PET_MASTER_PORT, PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK) into the
-  `pytorch` container, taking the port from the container port named `pytorchjob-port`;
-- `spec.nprocPerNode` is a string field (`*string` in PyTorchJobSpec) that becomes
-  PET_NPROC_PER_NODE;
-- the replica's `restartPolicy` (not the pod template's) decides how the operator restarts pods;
-  under `ExitCode` the pods get `restartPolicy: Never`, a pod that exited 128 or more is deleted
-  and recreated, one that exited 1-127 fails the job, and `backoffLimit` never applies (it sums
-  container restarts, and recreated pods have none);
-- it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`;
-- with `spec.elasticPolicy` it needs a Worker replica spec and injects PET_NNODES=min:max,
-  PET_RDZV_ENDPOINT=`<job>-worker-0`:<the Worker's port>, PET_RDZV_BACKEND and PET_MAX_RESTARTS
-  instead of a fixed node count and rank; an elastic job here is Workers only, as in the
-  operator's elastic examples (every pod is a torchrun agent of the c10d rendezvous).
+What belongs to one job API (the job's own object, its container name and ports, its pod names)
+is in that API's module, components/job_apis/; this module builds what every API shares: the
+pull Secret, the claim and the pod template.
 """
 
 from __future__ import annotations
@@ -29,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +25,6 @@ from components.settings import StackSettings, quantity_value
 
 APP_DIR = "/opt/pytorch-distributed"
 ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"
-CONTAINER_NAME = "pytorch"
-MASTER_PORT = 23456
-PORT_NAME = "pytorchjob-port"
 GPU_RESOURCE = "nvidia.com/gpu"
 CHECKPOINT_VOLUME = "checkpoints"
 SHM_VOLUME = "dshm"
@@ -56,8 +40,6 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
-# torchrun's rendezvous for elastic jobs: a TCP store on the first node's agent.
-RDZV_BACKEND = "c10d"
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
@@ -73,7 +55,7 @@ FIELD_MANAGER = "pytorch-distributed"
 @dataclass(frozen=True)
 class ResourceNames:
     """metadata.name of each Kubernetes object, so every module refers to them the same way.
-    ``first_pod``: the pod rank 0 runs in (the Master, or an elastic job's worker-0)."""
+    ``first_pod``: the stable name of the pod rank 0 runs in (its job API's `rank0_pod`)."""
 
     job: str
     claim: str
@@ -85,8 +67,10 @@ def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
     claim = settings.checkpoints.existing_claim or f"{job}-checkpoints"
     pull_secret = f"{job}-registry" if settings.registry is not None else None
-    # The operator names pods <job>-<type>-<index>.
-    first_pod = f"{job}-worker-0" if settings.job.elastic is not None else f"{job}-master-0"
+    # Imported here: the job APIs build on this module's shared builders.
+    from components.job_apis import api_of_settings
+
+    first_pod = api_of_settings(settings).rank0_pod(settings)
     return ResourceNames(job=job, claim=claim, pull_secret=pull_secret, first_pod=first_pod)
 
 
@@ -109,7 +93,7 @@ def scheduling_labels(settings: StackSettings) -> dict[str, str]:
     }
 
 
-def _metadata(settings: StackSettings, name: str, component: str) -> dict[str, Any]:
+def object_metadata(settings: StackSettings, name: str, component: str) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": settings.namespace,
@@ -156,7 +140,7 @@ def registry_secret_manifest(settings: StackSettings, *, password: Any) -> dict[
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(settings, name, "registry-credential"),
+        "metadata": object_metadata(settings, name, "registry-credential"),
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": encoded},
     }
@@ -172,7 +156,7 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
     }
     if checkpoints.storage_class is not None:
         spec["storageClassName"] = checkpoints.storage_class
-    metadata = _metadata(settings, resource_names(settings).claim, "checkpoints")
+    metadata = object_metadata(settings, resource_names(settings).claim, "checkpoints")
     if checkpoints.retain_on_destroy:
         metadata["annotations"][RETAIN_ANNOTATION] = "true"
     return {
@@ -218,19 +202,21 @@ def omp_threads(settings: StackSettings) -> int:
     return max(1, math.floor(cores / settings.job.nproc_per_node))
 
 
-def _container(settings: StackSettings, image: Any) -> dict[str, Any]:
+def _container(
+    settings: StackSettings, image: Any, *, name: str, ports: list[Mapping[str, Any]]
+) -> dict[str, Any]:
     job = settings.job
     limits: dict[str, str] = {"memory": job.memory}
     if job.gpus_per_node > 0:
         limits[GPU_RESOURCE] = str(job.gpus_per_node)
     return {
-        "name": CONTAINER_NAME,
+        "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [ENTRYPOINT],
         "args": trainer_args(settings),
         "workingDir": APP_DIR,
-        "ports": [{"name": PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"}],
+        **({"ports": ports} if ports else {}),
         "env": [
             {"name": "PYTHONUNBUFFERED", "value": "1"},
             {"name": "OMP_NUM_THREADS", "value": str(omp_threads(settings))},
@@ -262,11 +248,19 @@ def _co_location_affinity(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def pod_template(settings: StackSettings, *, image: Any, replica_type: str) -> dict[str, Any]:
-    """The PodTemplateSpec of one replica type (Master or Worker)."""
+def pod_template(
+    settings: StackSettings,
+    *,
+    image: Any,
+    replica_type: str,
+    container: str,
+    ports: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The PodTemplateSpec of one replica type (a PyTorchJob's Master or Worker, a TrainJob's
+    node), with its training container named as the job's API requires."""
     names = resource_names(settings)
     spec: dict[str, Any] = {
-        "containers": [_container(settings, image)],
+        "containers": [_container(settings, image, name=container, ports=list(ports))],
         "volumes": [
             {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}},
             # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the
@@ -289,80 +283,19 @@ def pod_template(settings: StackSettings, *, image: Any, replica_type: str) -> d
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
-def _replica(settings: StackSettings, *, image: Any, replica_type: str, replicas: int) -> dict:
-    return {
-        "replicas": replicas,
-        "restartPolicy": settings.job.restart_policy,
-        "template": pod_template(settings, image=image, replica_type=replica_type),
-    }
-
-
 def wait_annotations(settings: StackSettings) -> dict[str, str]:
     """What the Kubernetes provider itself waits for once it has applied the job.
 
-    A PyTorchJob is a custom resource: pulumi-kubernetes 4.x waits for nothing beyond its
-    creation, or skips even that with `pulumi.com/skipAwait`. Its `pulumi.com/waitFor` could wait
-    for a condition, but never fails on another one (a Failed job would hold `pulumi up` until
-    the timeout) and re-checks it on every later update of the job; so `running` and `succeeded`
-    are waited for by the job's resource hooks instead (components/job_outcome.py), after the
-    provider returns.
+    A PyTorchJob or a TrainJob is a custom resource: pulumi-kubernetes 4.x waits for nothing
+    beyond its creation, or skips even that with `pulumi.com/skipAwait`. Its `pulumi.com/waitFor`
+    could wait for a condition, but never fails on another one (a Failed job would hold
+    `pulumi up` until the timeout) and re-checks it on every later update of the job; so
+    `running` and `succeeded` are waited for by the job's resource hooks instead
+    (components/job_outcome.py), after the provider returns.
     """
     if settings.job.wait_for == "none":
         return {"pulumi.com/skipAwait": "true"}
     return {}
-
-
-def elastic_policy(settings: StackSettings) -> dict[str, Any] | None:
-    """`spec.elasticPolicy` of an elastic job: between `minNodes` and all `job.nodes` pods, c10d
-    rendezvous, torchrun's restarts; None for a job of fixed size."""
-    elastic = settings.job.elastic
-    if elastic is None:
-        return None
-    return {
-        "minReplicas": elastic.min_nodes,
-        "maxReplicas": settings.job.nodes,
-        "rdzvBackend": RDZV_BACKEND,
-        "maxRestarts": elastic.max_restarts,
-    }
-
-
-def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
-    """The kubeflow.org/v1 PyTorchJob: one training master plus `nodes - 1` workers, or, for
-    an elastic job, `nodes` workers with an elasticPolicy."""
-    job = settings.job
-    elastic = elastic_policy(settings)
-    replica_specs: dict[str, Any] = {}
-    if elastic is None:
-        replica_specs["Master"] = _replica(settings, image=image, replica_type="Master", replicas=1)
-    workers = job.workers if elastic is None else job.nodes
-    if workers > 0:
-        replica_specs["Worker"] = _replica(
-            settings, image=image, replica_type="Worker", replicas=workers
-        )
-    run_policy: dict[str, Any] = {
-        "backoffLimit": job.backoff_limit,
-        "cleanPodPolicy": job.clean_pod_policy,
-    }
-    if job.ttl_seconds_after_finished is not None:
-        run_policy["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
-    if job.active_deadline_seconds is not None:
-        run_policy["activeDeadlineSeconds"] = job.active_deadline_seconds
-    if elastic is not None and settings.platform == "runai":
-        # The gang's minimum: Run:ai schedules the job once this many pods fit, not all.
-        run_policy["schedulingPolicy"] = {"minAvailable": elastic["minReplicas"]}
-    metadata = _metadata(settings, resource_names(settings).job, "training")
-    metadata["labels"].update(scheduling_labels(settings))
-    metadata["annotations"].update(wait_annotations(settings))
-    spec: dict[str, Any] = {"nprocPerNode": str(job.nproc_per_node)}
-    if elastic is not None:
-        spec["elasticPolicy"] = elastic
-    spec.update({"runPolicy": run_policy, "pytorchReplicaSpecs": replica_specs})
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": metadata,
-        "spec": spec,
-    }
 
 
 @dataclass(frozen=True)
@@ -372,12 +305,15 @@ class StackObjects:
     pull_secret: dict[str, Any] | None
     claim: dict[str, Any] | None
     job: dict[str, Any]
+    # The TrainingRuntime a TrainJob runs on, when the stack declares it.
+    runtime: dict[str, Any] | None = None
 
     def in_apply_order(self) -> list[dict[str, Any]]:
-        """The job pulls with the Secret and mounts the claim, so both come before it."""
+        """The job pulls with the Secret, mounts the claim and runs on its runtime, so they all
+        come before it."""
         return [
             manifest
-            for manifest in (self.pull_secret, self.claim, self.job)
+            for manifest in (self.pull_secret, self.claim, self.runtime, self.job)
             if manifest is not None
         ]
 
@@ -389,7 +325,10 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
     `image` is the reference the job runs and `password` the one the pull Secret carries (the
     program's secret Outputs, the render's stand-ins); `password` is unused without a registry.
     """
+    from components.job_apis import api_of_settings
+
     names = resource_names(settings)
+    api = api_of_settings(settings)
     return StackObjects(
         # Without a registry the pods pull anonymously: there is no credential to hold.
         pull_secret=(
@@ -403,5 +342,6 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
             if settings.checkpoints.existing_claim is None
             else None
         ),
-        job=pytorchjob_manifest(settings, image=image),
+        job=api.job_manifest(settings, image=image),
+        runtime=api.runtime_manifest(settings),
     )

@@ -22,6 +22,51 @@ from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
 from components.settings import JobSettings
 
 
+def watched_job(
+    name: str,
+    job: JobSettings,
+    manifest: Mapping[str, Any],
+    *,
+    kube_context: str | None,
+    depends_on: Sequence[pulumi.Resource],
+    parent: pulumi.Resource,
+) -> tuple[k8s.apiextensions.CustomResource, pulumi.Output[str]]:
+    """The job's custom resource, replaced (delete first) on any change of its spec and watched
+    by the hooks `job.waitFor` asks for; and its name, known once the hooks let it be (a failed
+    job fails the program there). Shared by every job API's component."""
+    metadata = manifest["metadata"]
+    outcome = None
+    if job.wait_for in WAITING_MODES:
+        target = WaitTarget(
+            namespace=metadata["namespace"],
+            job=metadata["name"],
+            kube_context=kube_context,
+            wait_for=job.wait_for,
+            stack=pulumi.get_stack(),
+            kind=manifest["kind"],
+        )
+        outcome = JobOutcome(name, target)
+    resource = k8s.apiextensions.CustomResource(
+        f"{name}-job",
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=metadata,
+        spec=manifest["spec"],
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=list(depends_on),
+            replace_on_changes=["spec"],
+            delete_before_replace=True,
+            hooks=None if outcome is None else outcome.binding(),
+        ),
+    )
+    job_name = pulumi.Output.from_input(metadata["name"])
+    if outcome is not None:
+        # Known once the job is where job.waitFor wants it; a failed job fails the program.
+        job_name = resource.urn.apply(lambda _: outcome.checked(metadata["name"]))
+    return resource, job_name
+
+
 class PyTorchJob(pulumi.ComponentResource):
     """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted.
 
@@ -42,33 +87,7 @@ class PyTorchJob(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:PyTorchJob", name, None, opts)
-        metadata = manifest["metadata"]
-        outcome = None
-        if job.wait_for in WAITING_MODES:
-            target = WaitTarget(
-                namespace=metadata["namespace"],
-                job=metadata["name"],
-                kube_context=kube_context,
-                wait_for=job.wait_for,
-                stack=pulumi.get_stack(),
-            )
-            outcome = JobOutcome(name, target)
-        self.job = k8s.apiextensions.CustomResource(
-            f"{name}-job",
-            api_version=manifest["apiVersion"],
-            kind=manifest["kind"],
-            metadata=metadata,
-            spec=manifest["spec"],
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=list(depends_on),
-                replace_on_changes=["spec"],
-                delete_before_replace=True,
-                hooks=None if outcome is None else outcome.binding(),
-            ),
+        self.job, self.job_name = watched_job(
+            name, job, manifest, kube_context=kube_context, depends_on=depends_on, parent=self
         )
-        self.job_name = pulumi.Output.from_input(metadata["name"])
-        if outcome is not None:
-            # Known once the job is where job.waitFor wants it; a failed job fails the program.
-            self.job_name = self.job.urn.apply(lambda _: outcome.checked(metadata["name"]))
         self.register_outputs({"jobName": self.job_name})

@@ -67,12 +67,14 @@ ImageBuilder = Literal["buildkit", "classic"]
 WaitFor = Literal["none", "created", "running", "succeeded"]
 RestartPolicy = Literal["ExitCode", "OnFailure", "Never"]
 CleanPodPolicy = Literal["None", "Running", "All"]
+JobApiName = Literal["pytorchjob", "trainjob"]
 PLATFORMS: tuple[str, ...] = get_args(Platform)
 IMAGE_PLATFORMS: tuple[str, ...] = get_args(ImagePlatform)
 ACCESS_MODES: tuple[str, ...] = get_args(AccessMode)
 WAIT_FOR: tuple[str, ...] = get_args(WaitFor)
 RESTART_POLICIES: tuple[str, ...] = get_args(RestartPolicy)
 CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
+JOB_APIS: tuple[str, ...] = get_args(JobApiName)
 
 # The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
 # DNS-1035 labels (63 characters), so the job name leaves room for the longest suffix.
@@ -409,6 +411,14 @@ class ElasticSettings(_Settings):
 class JobSettings(_Settings):
     name: JobName = "pytorch-ddp"
     """names the job, its pods, the claim and the pull secret"""
+    # Not `platform` (which chooses the scheduler): the API the job is declared with.
+    api: JobApiName = "pytorchjob"
+    """the job's API: the training operator's PyTorchJob (kubeflow.org/v1), or Kubeflow Trainer
+    v2's TrainJob (trainer.kubeflow.org/v1alpha1, on JobSet); see "Which job API" """
+    cluster_runtime: ObjectName | None = None
+    """`trainjob` only: run on this ClusterTrainingRuntime of the cluster (e.g.
+    `torch-distributed`) instead of the TrainingRuntime the stack declares (whose restart policy,
+    backoff limit and TTL are the stack's)"""
     nodes: Integer = Field(2, ge=1, le=MAX_NODES)
     """pods: 1 master (it trains) + `nodes - 1` workers"""
     gpus_per_node: Integer = Field(1, ge=0, le=MAX_GPUS_PER_NODE)
@@ -459,7 +469,25 @@ class JobSettings(_Settings):
 
     @model_validator(mode="after")
     def _elastic_fits(self, info: ValidationInfo) -> JobSettings:
-        if info.context is None or self.elastic is None:
+        if info.context is None:
+            return self
+        trainjob = self.api == "trainjob"
+        _check(
+            trainjob or self.cluster_runtime is None,
+            "clusterRuntime",
+            self.cluster_runtime,
+            "only allowed with job.api: trainjob (a PyTorchJob runs on no runtime)",
+        )
+        # Trainer v2.3.0's torch plugin sets a fixed PET_NNODES and no rendezvous of its own:
+        # elastic PyTorch waits for JobSet to support elastic jobs (a TODO in its torch.go).
+        _check(
+            not trainjob or self.elastic is None,
+            "elastic",
+            "set",
+            "job.api: trainjob runs jobs of a fixed size only (Trainer v2.3.0 has no elastic "
+            "PyTorch); use job.api: pytorchjob for job.elastic",
+        )
+        if self.elastic is None:
             return self
         elastic = self.elastic
         _check(
@@ -544,6 +572,13 @@ class StackSettings(_Settings):
         )
         _check(
             runai or project is None, "runaiProject", project, "only allowed when platform is runai"
+        )
+        _check(
+            not runai or self.job.api == "pytorchjob",
+            "job.api",
+            self.job.api,
+            "platform runai schedules PyTorchJob (and the other kubeflow.org/v1 jobs) but not "
+            "Trainer v2's TrainJob: use job.api: pytorchjob on runai",
         )
         if self.registry is not None and self.image.build and self.image.repository is not None:
             host = registry_host(self.image.repository)

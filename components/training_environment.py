@@ -15,10 +15,12 @@ import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 
 from components.checkpoint_volume import CheckpointVolume
+from components.job_apis import api_of_settings
 from components.manifests import resource_names, stack_objects
 from components.pytorch_job import PyTorchJob
 from components.registry_credential import RegistryCredential
 from components.settings import StackSettings
+from components.train_job import TrainJob
 from components.training_image import TrainingImage, registry_auth
 
 
@@ -32,7 +34,8 @@ def kubectl(settings: StackSettings, *args: str) -> str:
 
 
 class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, RegistryCredential, CheckpointVolume and PyTorchJob."""
+    """Composes TrainingImage, RegistryCredential, CheckpointVolume and the job: a PyTorchJob or a
+    TrainJob, as `job.api` says."""
 
     namespace: pulumi.Output[str]
     job_name: pulumi.Output[str]
@@ -86,33 +89,43 @@ class TrainingEnvironment(pulumi.ComponentResource):
             f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child
         )
         job_dependencies.append(volume)
-        job = PyTorchJob(
-            f"{name}-job",
-            settings.job,
-            objects.job,
-            kube_context=settings.kube_context,
-            depends_on=job_dependencies,
-            opts=child,
-        )
+        job: PyTorchJob | TrainJob
+        if settings.job.api == "trainjob":
+            job = TrainJob(
+                f"{name}-job",
+                settings.job,
+                objects.job,
+                objects.runtime,
+                kube_context=settings.kube_context,
+                depends_on=job_dependencies,
+                opts=child,
+            )
+        else:
+            job = PyTorchJob(
+                f"{name}-job",
+                settings.job,
+                objects.job,
+                kube_context=settings.kube_context,
+                depends_on=job_dependencies,
+                opts=child,
+            )
 
         names = resource_names(settings)
-        master_pod = names.first_pod
+        api = api_of_settings(settings)
         self.namespace = pulumi.Output.from_input(settings.namespace)
         self.job_name = job.job_name
         self.image_ref = image.image_ref
         self.claim_name = volume.claim_name
         self.checkpoint_path = pulumi.Output.from_input(settings.checkpoint_dir)
-        self.logs_command = pulumi.Output.from_input(
-            kubectl(settings, "logs", "--follow", f"pod/{master_pod}")
-        )
+        self.logs_command = pulumi.Output.from_input(kubectl(settings, *api.logs_args(settings)))
         self.status_command = pulumi.Output.from_input(
-            kubectl(settings, "get", f"pytorchjobs.kubeflow.org/{names.job}", "--watch")
+            kubectl(settings, "get", api.status_resource(names.job), "--watch")
         )
         self.checkpoint_command = pulumi.Output.from_input(
             kubectl(
                 settings,
                 "exec",
-                f"pod/{master_pod}",
+                api.exec_target(settings),
                 "--",
                 "python",
                 "-m",

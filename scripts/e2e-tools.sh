@@ -34,6 +34,10 @@ KUBERNETES_PROVIDER_SDK_VERSION=v4.22.2
 KUBERNETES_VERSION=1.34.2
 TRAINING_OPERATOR_VERSION=1.9.4
 KWOK_VERSION=0.8.0
+# Kubeflow Trainer v2 (TrainJob, TrainingRuntime) and the JobSet controller it runs jobs on; the
+# pair Trainer v2.3.0 installs (its manifests/third-party/jobset pins JobSet v0.12.0).
+TRAINER_VERSION=2.3.0
+JOBSET_VERSION=0.12.0
 # The Python language host: sdk/python/cmd/pulumi-language-python of pulumi at this commit (the
 # development tree of 3.260.0), built against the published sdk/v3 and pkg/v3 v3.260.0.
 LANGUAGE_PYTHON_ARCHIVE=pulumi-language-python-1b5949891b3c.tar.gz
@@ -73,6 +77,8 @@ TOOLS=(
   "coredns-$COREDNS_VERSION|coredns|CoreDNS v$COREDNS_VERSION (kubernetes plugin)|build_coredns"
   "pause-image-$PAUSE_IMAGE_VERSION||sandbox (pause) image, a static Go binary|build_pause"
   "init-image-$INIT_IMAGE_VERSION||the operator's init container image, Debian's busybox|build_init_image"
+  "trainer-$TRAINER_VERSION|trainer-controller-manager|Kubeflow Trainer controller manager v$TRAINER_VERSION|build_trainer"
+  "jobset-$JOBSET_VERSION|jobset|JobSet controller v$JOBSET_VERSION|build_jobset"
 )
 # The set of tools this script version assembles, and where its bin directory lives.
 set_key=$(printf '%s\n' "${TOOLS[@]}" | cut -d'|' -f1,2 | sha256sum | cut -c1-16)
@@ -429,6 +435,36 @@ blob() {
   size=$(stat -c %s "$1")
   cp "$1" "$work/oci/blobs/sha256/$digest"
   printf '"digest":"sha256:%s","size":%s' "$digest" "$size"
+}
+
+# Trainer v2: its controller manager, its CRDs and the torch-distributed ClusterTrainingRuntime.
+build_trainer() {
+  local module=github.com/kubeflow/trainer/v2 source
+  GOBIN="$out/bin" go install -trimpath -ldflags "-s -w" \
+    "$module/cmd/trainer-controller-manager@v$TRAINER_VERSION"
+  source=$(module_dir "$module@v$TRAINER_VERSION")
+  mkdir -p "$out/share/trainer-crds" "$out/share/trainer-runtimes" "$out/share/trainer-webhooks"
+  cp "$source"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/share/trainer-crds/"
+  cp "$source/manifests/base/runtimes/torch_distributed.yaml" "$out/share/trainer-runtimes/"
+  cp "$source/manifests/base/webhook/manifests.yaml" "$out/share/trainer-webhooks/"
+  echo "trainer-controller-manager: $module@v$TRAINER_VERSION cmd/trainer-controller-manager, its CRDs (manifests/base/crds), webhook configurations (manifests/base/webhook) and the torch-distributed ClusterTrainingRuntime (manifests/base/runtimes), Go module proxy" >"$out/PROVENANCE"
+}
+
+# JobSet: the controller (the module's root main package) and its CRD.
+build_jobset() {
+  local module=sigs.k8s.io/jobset source
+  # Not `go install module@version`: that reads the module's version list (for deprecations),
+  # which the proxy refuses for jobset; a wrapper module requiring the exact version does not.
+  wrapper_module "$work/mod" "$module" "v$JOBSET_VERSION"
+  (cd "$work/mod" && go build -trimpath -ldflags "-s -w" -o "$out/bin/jobset" "$module")
+  source=$(module_dir "$module@v$JOBSET_VERSION")
+  mkdir -p "$out/share/jobset-crds" "$out/share/jobset-webhooks"
+  cp "$source"/config/components/crd/bases/*.yaml "$out/share/jobset-crds/"
+  # The webhook configurations with the pod webhooks' objectSelector (JobSet's pods only), which
+  # its kustomization adds as patches.
+  cp "$source/config/components/webhook/manifests.yaml" "$out/share/jobset-webhooks/"
+  cp "$source"/config/components/webhook/patches/*.yaml "$out/share/jobset-webhooks/"
+  echo "jobset: $module@v$JOBSET_VERSION (its root main package), its CRD (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy" >"$out/PROVENANCE"
 }
 
 install_etcd() {

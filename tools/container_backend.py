@@ -1,14 +1,16 @@
-"""Each replica of a PyTorchJob as a container of the training image (`--backend container`).
+"""Each pod of a job (PyTorchJob or TrainJob) as a container of the training image
+(`--backend container`).
 
 What a pod gets on the cluster, given to a container here:
 
 * the image's entrypoint replaced by the container's `command`, its CMD by `args`, its working
   directory by `workingDir` (Kubernetes semantics);
-* the container's own env, then what the training operator injects (`tools.operator_env`), the
-  operator's entries winning, and HOSTNAME = the pod name;
+* the container's own env, then what the job's controller injects (the job API's `pods`), the
+  controller's entries winning, and HOSTNAME = the pod name;
 * the checkpoint claim's `mountPath` bound to the local checkpoint root, a memory-backed
   /dev/shm as large as its emptyDir's sizeLimit (or `DEFAULT_SHM_SIZE`);
-* the master reachable by its service name `<job>-master-0`: every container shares the host's
+* rank 0 reachable by its name (`<job>-master-0`, a TrainJob's `<job>-node-0-0.<job>`): every
+  container shares the host's
   network (`--network host`, so all traffic stays on loopback and no container bridge or private
   address range is involved) and resolves that name to 127.0.0.1 (`--add-host`). With one
   network the rendezvous port must be free on this machine, so the job gets a free port instead
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools import operator_env
+from components.job_apis import PodRole, api_of_job
 from tools.supervisor import REPLICA_TAG, ReplicaCommand
 
 ENGINES = ("podman", "docker")
@@ -140,9 +142,7 @@ def container_env(
 
 def replica_env(
     job: Mapping[str, Any],
-    replica_type: str,
-    index: int,
-    container: Mapping[str, Any],
+    role: PodRole,
     *,
     namespace: str,
     master_port: int,
@@ -153,14 +153,15 @@ def replica_env(
     env, then the operator's (which wins), with the rendezvous (the master's, or an elastic
     job's c10d endpoint) moved to ``master_port`` (and ``master_addr`` where the pod name does
     not resolve to it)."""
-    pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
-    own, notices = container_env(container, pod=pod, namespace=namespace, map_value=map_value)
-    injected = operator_env.injected_env(job, replica_type, index)
-    for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+    api = api_of_job(job)
+    pod = role.name
+    own, notices = container_env(role.container, pod=pod, namespace=namespace, map_value=map_value)
+    injected = dict(role.env)
+    for key in api.master_port_keys:
         if key in injected:
             injected[key] = str(master_port)
     if master_addr is not None:
-        for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+        for key in api.master_addr_keys:
             if key in injected:
                 injected[key] = master_addr
     if "PET_RDZV_ENDPOINT" in injected:
@@ -180,6 +181,7 @@ def replica_commands(
     run: str,
     workdir: Path,
     extra_env: Mapping[str, str] | None = None,
+    runtime: Mapping[str, Any] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
     """One `<engine> run` per pod, each with the teardown that removes its container.
 
@@ -187,16 +189,11 @@ def replica_commands(
     environment: a local addition, e.g. a trainer test hook, never something a pod would get."""
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
-    job_name = job["metadata"]["name"]
-    master_pod = operator_env.pod_name(job_name, operator_env.MASTER, 0)
-    for replica_type, index in operator_env.replica_pods(job):
-        pod = operator_env.pod_name(job_name, replica_type, index)
-        spec = job["spec"]["pytorchReplicaSpecs"][replica_type]
-        template = spec["template"]
-        container = operator_env.training_container(template, replica_type)
-        env, skipped = replica_env(
-            job, replica_type, index, container, namespace=namespace, master_port=master_port
-        )
+    api = api_of_job(job)
+    master_address = api.master_address(job)
+    for role in api.pods(job, runtime):
+        pod, template, container = role.name, role.template, role.container
+        env, skipped = replica_env(job, role, namespace=namespace, master_port=master_port)
         notices += skipped
         name = container_name(pod, run)
         argv = [
@@ -212,7 +209,7 @@ def replica_commands(
             "--network",
             "host",
             "--add-host",
-            f"{master_pod}:{LOOPBACK}",
+            f"{master_address}:{LOOPBACK}",
             "--shm-size",
             _shm_size(template),
             "--stop-timeout",
@@ -237,7 +234,7 @@ def replica_commands(
                 argv=argv,
                 env={},  # filled in by the caller: the engine's own environment
                 cwd=workdir,
-                restart_policy=spec.get("restartPolicy", "OnFailure"),
+                restart_policy=role.restart_policy,
                 teardown=[*engine.argv, "rm", "--force", name],
             )
         )

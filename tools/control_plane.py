@@ -1,12 +1,14 @@
 """A real Kubernetes control plane on loopback, for the real-engine e2e suite.
 
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator and
-kwok (fake nodes: pods get scheduled and reach Running without a kubelet or containers) run as
-plain processes from the binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What
-Pulumi talks to is therefore a genuine API server with the PyTorchJob CRD, real admission,
-server-side apply, garbage collection, PV binding and the operator's reconciliation. The API
-server reaches nodes and pods only through an egress proxy (tools/node_network.py), and
-`ControlPlane.real_node()` adds a node whose pods really run (tools/real_node.py).
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator,
+Kubeflow Trainer v2 and JobSet (tools/trainer_plane.py) and kwok (fake nodes: pods get scheduled
+and reach Running without a kubelet or containers) run as plain processes from the binaries
+`scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
+genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real admission (Trainer's and
+JobSet's webhooks included), server-side apply, garbage collection, PV binding, the Job
+controller and the operators' reconciliation. The API server reaches nodes and pods only through
+an egress proxy (tools/node_network.py), and `ControlPlane.real_node()` adds a node whose pods
+really run (tools/real_node.py).
 
     python -m tools.control_plane --workdir /tmp/cp   # start, print the kubeconfig, wait for ^C
 
@@ -33,6 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 
 from tools.node_network import NODE_NETWORK, NodeNamespaces
+from tools.trainer_plane import start_trainer
 
 if TYPE_CHECKING:
     from tools.real_node import RealNode
@@ -202,6 +205,7 @@ class ControlPlane:
         self._install_crd()
         self._prepare_operator_namespace()
         self._start_operator()
+        start_trainer(self)
         self._start_kwok()
         self._create_nodes()
         self._create_storage()
@@ -451,12 +455,12 @@ class ControlPlane:
             f"--root-ca-file={self.workdir / 'pki' / 'apiserver.crt'}",
             "--use-service-account-credentials=false",
             # Only what the stack exercises: namespaces, service accounts and their tokens, PV
-            # binding and the claim/volume protection finalizers, and garbage collection (the
-            # pods and services of a deleted job).
+            # binding and the claim/volume protection finalizers, garbage collection (the
+            # pods and services of a deleted job) and Jobs (a TrainJob's JobSet runs Jobs).
             "--controllers=namespace-controller,serviceaccount-controller,"
             "serviceaccount-token-controller,root-ca-certificate-publisher-controller,"
             "persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,"
-            "persistentvolume-protection-controller,garbage-collector-controller",
+            "persistentvolume-protection-controller,garbage-collector-controller,job-controller",
         ]
 
     @property

@@ -1,4 +1,5 @@
-"""Run a stack's PyTorchJob on this machine: every replica a local process tree, trained for real.
+"""Run a stack's job (PyTorchJob or TrainJob) on this machine: every pod a local process tree,
+trained for real.
 
     python -m tools.run_local --stack dev [--checkpoint-root DIR] [--epochs N] [--save-every K]
                               [--dataset-size N]
@@ -11,15 +12,18 @@ checkpoint root that cannot be used, checkpoints of another run in the job's dir
 stopped by signal N (130: Ctrl-C), each replica's trainer having committed a checkpoint.
 
 The job comes from the same settings validation and the same builder as the Pulumi program
-(`components.settings.load_stack_file`, `components.manifests.pytorchjob_manifest`), so what runs
-here is what the cluster would run: the container's command, args and env, plus the variables the
-training operator injects into each pod (`tools.operator_env`), with OnFailure restarts counted
+(`components.settings.load_stack_file`, the job API's builder in `components.job_apis`), so what
+runs here is what the cluster would run: the container's command, args and env, plus the
+variables the job's controller injects into each pod (the training operator's for a PyTorchJob,
+Trainer's torch plugin's for a TrainJob: the job API's `pods`), with OnFailure restarts counted
 against backoffLimit (`tools.supervisor`).
 
 Deliberate local deviations, all printed at start:
-* MASTER_ADDR/PET_MASTER_ADDR are 127.0.0.1 instead of the `<job>-master-0` service, and
-  MASTER_PORT/PET_MASTER_PORT a free local port instead of the container port, so two runs (or a
-  busy 23456) never collide;
+* MASTER_ADDR/PET_MASTER_ADDR are 127.0.0.1 instead of rank 0's name (a PyTorchJob's
+  `<job>-master-0` service, a TrainJob's `<job>-node-0-0.<job>`), and MASTER_PORT/PET_MASTER_PORT
+  a free local port instead of the container port, so two runs (or a busy 23456 or 29500) never
+  collide; a TrainJob's PET_NODE_RANK, which the downward API gives the pod (its Job completion
+  index), is the pod's index;
 * an elastic job's (`job.elastic`) c10d rendezvous PET_RDZV_ENDPOINT is 127.0.0.1 and that free
   port instead of `<job>-worker-0:23456`; PET_LOCAL_ADDR=127.0.0.1 (torchrun would otherwise
   give its peers this machine's hostname); and PET_RDZV_CONF says `is_host=1` to worker-0's
@@ -62,9 +66,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.manifests import APP_DIR, pytorchjob_manifest, resource_names
+from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
+from components.manifests import APP_DIR, resource_names
 from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
-from tools import container_backend, operator_env
+from tools import container_backend
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
 
@@ -109,7 +114,8 @@ def _positive_int(flag: str) -> Any:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tools.run_local",
-        description="Run a stack's PyTorchJob on this machine, one local process tree per pod.",
+        description="Run a stack's job (PyTorchJob or TrainJob) on this machine, one local "
+        "process tree per pod.",
     )
     add_stack_arguments(parser)
     parser.add_argument(
@@ -232,10 +238,6 @@ class PathMapper:
         return value
 
 
-def _pod_template(job: Mapping[str, Any], replica_type: str) -> Mapping[str, Any]:
-    return job["spec"]["pytorchReplicaSpecs"][replica_type]["template"]
-
-
 def path_mapper(
     template: Mapping[str, Any],
     container: Mapping[str, Any],
@@ -259,10 +261,9 @@ def host_environment() -> dict[str, str]:
     return env
 
 
-def elastic_local_env(env: Mapping[str, str], replica_type: str, index: int) -> dict[str, str]:
-    """An elastic pod's rendezvous on loopback: the store on worker-0's agent, the peers'
-    address 127.0.0.1 (see the module docstring)."""
-    hosts = replica_type == operator_env.WORKER and index == 0
+def elastic_local_env(env: Mapping[str, str], hosts: bool) -> dict[str, str]:
+    """An elastic pod's rendezvous on loopback: the store on worker-0's agent (`hosts`), the
+    peers' address 127.0.0.1 (see the module docstring)."""
     conf = ",".join(filter(None, [env.get("PET_RDZV_CONF"), f"is_host={int(hosts)}"]))
     return {**env, "PET_RDZV_CONF": conf, "PET_LOCAL_ADDR": LOCAL_MASTER_ADDR}
 
@@ -275,21 +276,21 @@ def replica_commands(
     repo_root: Path,
     master_port: int,
     visible_devices: Sequence[str],
+    runtime: Mapping[str, Any] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
-    elastic = operator_env.is_elastic(job)
+    """One local process tree per pod of the job (`runtime`: the TrainingRuntime a TrainJob
+    runs on, where the stack declares it)."""
+    api = api_of_job(job)
+    elastic = api.is_elastic(job)
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
     base = host_environment()
-    for slot, (replica_type, index) in enumerate(operator_env.replica_pods(job)):
-        pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
-        template = _pod_template(job, replica_type)
-        container = operator_env.training_container(template, replica_type)
+    for slot, role in enumerate(api.pods(job, runtime)):
+        pod, template, container = role.name, role.template, role.container
         mapper = path_mapper(template, container, checkpoint_root, repo_root)
         pod_env, skipped = container_backend.replica_env(
             job,
-            replica_type,
-            index,
-            container,
+            role,
             namespace=namespace,
             master_port=master_port,
             master_addr=LOCAL_MASTER_ADDR,
@@ -297,25 +298,28 @@ def replica_commands(
         )
         notices += skipped
         if elastic:
-            pod_env = elastic_local_env(pod_env, replica_type, index)
+            pod_env = elastic_local_env(pod_env, hosts=slot == 0)
         env = {**base, "CUDA_VISIBLE_DEVICES": visible_devices[slot], **pod_env}
         argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
         cwd = Path(mapper(container.get("workingDir", APP_DIR)))
-        restart_policy = job["spec"]["pytorchReplicaSpecs"][replica_type].get(
-            "restartPolicy", "OnFailure"
-        )
         commands.append(
-            ReplicaCommand(name=pod, argv=argv, env=env, cwd=cwd, restart_policy=restart_policy)
+            ReplicaCommand(
+                name=pod, argv=argv, env=env, cwd=cwd, restart_policy=role.restart_policy
+            )
         )
     return commands, notices
+
+
+def rank0(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> PodRole:
+    """The pod rank 0 runs in (the job API lists it first)."""
+    return api_of_job(job).pods(job, runtime)[0]
 
 
 def trainer_argv(job: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> list[str]:
     """The trainer's command line in the master pod, with this machine's paths: the container's
     args after entrypoint.sh's own flags (see components.manifests.trainer_args)."""
-    role = operator_env.master_role(job)
-    template = _pod_template(job, role)
-    container = operator_env.training_container(template, role)
+    role = rank0(job)
+    template, container = role.template, role.container
     args = [str(part) for part in container.get("args", [])]
     mapper = path_mapper(template, container, checkpoint_root, repo_root)
     return [mapper(part) for part in args[args.index("--") + 1 if "--" in args else 0 :]]
@@ -393,17 +397,16 @@ def preflight(
         ) from None
 
 
-def job_policy(job: Mapping[str, Any]) -> JobPolicy:
-    run_policy = job["spec"].get("runPolicy", {})
-    master = _pod_template(job, operator_env.master_role(job))
-    grace = float(master["spec"].get("terminationGracePeriodSeconds", 30))
-    deadline = run_policy.get("activeDeadlineSeconds")
+def job_policy(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> JobPolicy:
+    api = api_of_job(job)
+    master = rank0(job, runtime)
+    grace = float(master.template["spec"].get("terminationGracePeriodSeconds", 30))
     return JobPolicy(
-        success_replica=operator_env.master_role_pod(job),
-        elastic=operator_env.is_elastic(job),
-        backoff_limit=run_policy.get("backoffLimit"),
+        success_replica=master.name,
+        elastic=api.is_elastic(job),
+        backoff_limit=api.backoff_limit(job, runtime),
         grace_seconds=grace,
-        active_deadline_seconds=float(deadline) if deadline is not None else None,
+        active_deadline_seconds=api.active_deadline_seconds(job),
         restart_delay_seconds=2.0,
         max_restart_delay_seconds=30.0,
     )
@@ -493,6 +496,7 @@ def container_commands(
     namespace: str,
     checkpoint_root: Path,
     master_port: int,
+    runtime: Mapping[str, Any] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
     """The replicas as containers of `--image`, run by the engine with the host's environment
     plus this project's podman configuration."""
@@ -513,6 +517,7 @@ def container_commands(
         run=container_backend.run_id(),
         workdir=REPO_ROOT,
         extra_env=args.container_env,
+        runtime=runtime,
     )
     return [dataclasses.replace(c, env=engine_env) for c in commands], notices
 
@@ -538,8 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_root = (
             args.checkpoint_root or repo_root / ".checkpoints" / args.stack
         ).resolve()
-        job = pytorchjob_manifest(settings, image=args.image if in_containers else LOCAL_IMAGE)
-        if in_containers and operator_env.is_elastic(job):
+        api = api_of_settings(settings)
+        job = api.job_manifest(settings, image=args.image if in_containers else LOCAL_IMAGE)
+        runtime = api.runtime_manifest(settings)
+        if in_containers and api.is_elastic(job):
             raise LocalRunError(
                 "job.elastic: --backend container runs jobs of a fixed size only; run an "
                 "elastic stack with --backend process (its agents re-form the group on loopback)"
@@ -551,6 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 namespace=settings.namespace,
                 checkpoint_root=checkpoint_root,
                 master_port=master_port,
+                runtime=runtime,
             )
         else:
             commands, notices = replica_commands(
@@ -560,12 +568,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 repo_root=repo_root,
                 master_port=master_port,
                 visible_devices=visible_devices,
+                runtime=runtime,
             )
         preflight(job, settings, args, checkpoint_root=checkpoint_root, repo_root=repo_root)
     except (
         SettingsError,
         LocalRunError,
-        operator_env.OperatorEnvError,
+        JobApiError,
         container_backend.ContainerBackendError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -575,36 +584,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
     )
     pid_dir = checkpoint_root / PID_DIR_NAME
-    supervisor = Supervisor(commands, job_policy(job), pid_dir=pid_dir)
+    supervisor = Supervisor(commands, job_policy(job, runtime), pid_dir=pid_dir)
     for notice in [device_notice, *notices]:
         if notice:
             supervisor.say(notice)
-    master_pod = operator_env.master_role_pod(job)
-    if operator_env.is_elastic(job):
+    master = rank0(job, runtime)
+    master_pod = master.name
+    if api.is_elastic(job):
         policy = job["spec"]["elasticPolicy"]
         rendezvous = (
             f"{policy['rdzvBackend']} rendezvous {LOCAL_MASTER_ADDR}:{master_port} on "
             f"{master_pod}'s agent (local stand-in for {master_pod}:"
-            f"{operator_env.replica_port(job, operator_env.WORKER)}), elastic between "
+            f"{api.master_port(job)}), elastic between "
             f"{policy['minReplicas']} and {policy['maxReplicas']} nodes"
         )
     elif in_containers:
         write_container_names(commands, pid_dir)
+        address = api.master_address(job)
         rendezvous = (
-            f"rendezvous {master_pod}:{master_port} (the containers share the host's network; "
-            f"{master_pod} is {container_backend.LOOPBACK}, the port a free one instead of "
-            f"{operator_env.master_port(job)}), image {args.image}"
+            f"rendezvous {address}:{master_port} (the containers share the host's network; "
+            f"{address} is {container_backend.LOOPBACK}, the port a free one instead of "
+            f"{api.master_port(job)}), image {args.image}"
         )
     else:
         rendezvous = (
             f"rendezvous {LOCAL_MASTER_ADDR}:{master_port} (local stand-in for "
-            f"{master_pod}:{operator_env.master_port(job)})"
+            f"{api.master_address(job)}:{api.master_port(job)})"
         )
     supervisor.say(
-        f"stack {args.stack}: PyTorchJob {settings.job.name}, "
+        f"stack {args.stack}: {job['kind']} {settings.job.name}, "
         f"{len(commands)} replica(s) ({', '.join(c.name for c in commands)}) as "
         f"{'containers' if in_containers else 'local processes'}, "
-        f"nprocPerNode {job['spec']['nprocPerNode']}, {rendezvous}, checkpoints in {checkpoint_dir}"
+        f"nprocPerNode {master.env.get('PET_NPROC_PER_NODE')}, {rendezvous}, "
+        f"checkpoints in {checkpoint_dir}"
     )
     outcome = supervisor.run()
     print_summary(outcome, settings, checkpoint_dir, host_environment())

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from components.job_apis import api_of_settings
 from components.job_state import JobState, Progress, failure_report, progress_line, status_table
 from components.job_watch import JobWatch, JobWatchError, api_errors
 from components.manifests import resource_names
@@ -33,7 +34,7 @@ SUCCEEDED, FAILED, NOT_FOUND, RUNNING, INTERRUPTED = 0, 1, 2, 3, 130
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tools.status",
-        description="Show the stack's PyTorchJob (conditions, pods, events) and follow the "
+        description="Show the stack's job (conditions, pods, events) and follow the "
         "master's log until the job ends. Exit code: 0 succeeded, 1 failed, 2 not found, "
         "3 still running (--no-follow).",
     )
@@ -57,7 +58,9 @@ class Follower:
     """Follows the master's log across recreations of its pod until the job ends."""
 
     def __init__(self, watch: JobWatch, master: str, out: TextIO) -> None:
+        # `master`: rank 0's stable name (Replica.role; a JobSet pod's own name has a suffix).
         self.watch, self.master, self.out = watch, master, out
+        self.pod = master  # the pod of the master being followed
         self.followed: set[str] = set()  # the master pods (uids) whose log was followed
         self.logs_served = True
         self.progress = Progress(self.say)
@@ -67,9 +70,10 @@ class Follower:
 
     def _new_master(self, state: JobState) -> str | None:
         """The uid of a running master pod whose log has not been followed yet."""
-        master = next((r for r in state.replicas if r.pod == self.master), None)
+        master = next((r for r in state.replicas if r.role == self.master), None)
         if master is None or master.phase != "Running" or master.uid in self.followed:
             return None
+        self.pod = master.pod
         return master.uid
 
     def _worth_a_look(self, state: JobState) -> bool:
@@ -87,13 +91,13 @@ class Follower:
                 continue
             self.followed.add(uid)
             try:
-                for line in self.watch.follow_log(self.master, tail=tail):
-                    self.say(f"[{self.master}] {line}")
+                for line in self.watch.follow_log(self.pod, tail=tail):
+                    self.say(f"[{self.pod}] {line}")
             except api_errors() as error:
                 self.logs_served = False
                 reason = getattr(error, "reason", None) or error
                 self.say(
-                    f"(the log of {self.master} is not available: {reason}; following the "
+                    f"(the log of {self.pod} is not available: {reason}; following the "
                     "job's progress instead)"
                 )
             tail = None  # a recreated master's log is new: all of it
@@ -107,19 +111,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         settings = load_stack_file(args.stack, args.stack_dir)
         names = resource_names(settings)
         job = names.job
-        watch = JobWatch.connect(settings.kube_context, settings.namespace, job)
+        kind = api_of_settings(settings).kind
+        watch = JobWatch.connect(settings.kube_context, settings.namespace, job, kind)
         state = watch.state()
         where = f" (context {settings.kube_context})" if settings.kube_context else ""
         if state is None:
             print(
-                f"error: PyTorchJob {settings.namespace}/{job} not found{where}: "
+                f"error: {kind} {settings.namespace}/{job} not found{where}: "
                 f"`make up STACK={args.stack}` creates it",
                 file=sys.stderr,
             )
             return NOT_FOUND
         print("\n".join(status_table(state, watch.events(state))), file=out, flush=True)
         if state.outcome is None and not args.no_follow:
-            # Rank 0's pod: the Master, or an elastic job's worker-0.
+            # Rank 0's pod: the Master, an elastic job's worker-0, a TrainJob's node 0.
             state = Follower(watch, names.first_pod, out).run(
                 state, None if args.tail < 0 else args.tail
             )
@@ -142,7 +147,7 @@ def finish(watch: JobWatch, state: JobState, stack: str, out: TextIO) -> int:
     elif state.outcome == "Succeeded":
         done = state.condition("Succeeded")
         since = f" at {done.since}" if done is not None else ""
-        print(f"PyTorchJob {state.namespace}/{state.name} succeeded{since}", file=out, flush=True)
+        print(f"{state.title} succeeded{since}", file=out, flush=True)
     else:
         print(progress_line(state), file=out, flush=True)
     return outcome_code(state)

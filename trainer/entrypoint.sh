@@ -8,9 +8,10 @@
 # sets them): every pod is a torchrun agent of that rendezvous, which assigns node ranks and
 # re-forms the group when a node leaves or joins. --max-restarts defaults to PET_MAX_RESTARTS.
 #
-# Otherwise the rendezvous is passed to torchrun explicitly from what the Kubeflow training
-# operator injects: PET_MASTER_ADDR/PET_MASTER_PORT, PET_NNODES, PET_NODE_RANK and
-# PET_NPROC_PER_NODE.
+# Otherwise the rendezvous is passed to torchrun explicitly from what the job's controller
+# injects: PET_MASTER_ADDR/PET_MASTER_PORT, PET_NNODES, PET_NODE_RANK and PET_NPROC_PER_NODE, set
+# by the Kubeflow training operator in a PyTorchJob's pods and by Trainer v2's torch plugin in a
+# TrainJob's (which sets no WORLD_SIZE, RANK or MASTER_ADDR).
 # Older operators (v1.6 and earlier) set only MASTER_ADDR/MASTER_PORT, WORLD_SIZE (the number of
 # pods) and RANK (the pod's index), which torchrun itself ignores: without PET_NNODES the node
 # count and rank come from those. The script says which source it used.

@@ -9,8 +9,9 @@ needs (the training operator's ExitCode policy fails the job on 1-127 and recrea
 like a crash. So this runs torchrun's own argument parser and launcher unchanged and only
 translates how they end:
 
-* a worker failed: its exit code (the first failure's, as torchrun's report picks it; a worker
-  killed by signal N gives 128 + N, like a shell), and a line for each failed worker naming
+* a worker failed: its exit code (the first failure's, as torchrun's report picks it, except
+  that a rank which only lost its peer (EXIT_PEER_LOST) yields to another rank's failure; a
+  worker killed by signal N gives 128 + N, like a shell), and a line for each failed worker naming
   its rank; when a worker ended on an unexpected exception (recorded by ``@record``), its line
   carries the exception's message, and the worker's own traceback is above it in the log;
 * torchrun was stopped by a signal: it has forwarded the signal to the workers and waited for
@@ -26,6 +27,8 @@ from collections.abc import Sequence
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
+
+from trainer.cli import EXIT_PEER_LOST
 
 PREFIX = "trainer.launch:"
 
@@ -52,7 +55,13 @@ def failure_lines(failure: ChildFailedError) -> tuple[list[str], int]:
         else:  # it said why itself (rank 0 prints a refusal once), or it stopped on a signal
             lines.append(f"{PREFIX} trainer rank {rank} exited with code {code}")
     _, first = failure.get_first_failure()
-    return lines, worker_exit_code(first.exitcode)
+    code = worker_exit_code(first.exitcode)
+    if code == EXIT_PEER_LOST:
+        # A rank that lost its peer is the effect; when a rank of this same torchrun failed
+        # otherwise, that is the cause (a bug must fail the job, not look like a lost node).
+        causes = (worker_exit_code(f.exitcode) for _, f in sorted(failure.failures.items()))
+        code = next((other for other in causes if other != EXIT_PEER_LOST), code)
+    return lines, code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

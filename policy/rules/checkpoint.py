@@ -8,8 +8,8 @@ only copy of weeks of training unless the claim is protected or retained.
 A policy sees the `protect` option but not `retain_on_delete` (pulumi-policy exposes only
 protect, ignore_changes, delete_before_replace, aliases, timeouts, secret outputs and parent), so
 a retained claim states it with the RETAIN_ANNOTATION, set by the program from the same setting.
-Every claim a PyTorchJob mounts counts as checkpoint storage. A claim the stack does not create
-(checkpoints.existingClaim) is never deleted by it and is not checked.
+Every claim a job (PyTorchJob or TrainJob) mounts counts as checkpoint storage. A claim the stack
+does not create (checkpoints.existingClaim) is never deleted by it and is not checked.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from .jobs import JobView, job_view
 from .model import (
     PVC_TYPE,
-    PYTORCHJOB_TYPE,
     RETAIN_ANNOTATION,
     Resource,
     Violation,
@@ -31,7 +31,6 @@ from .model import (
     is_unknown,
     metadata_name,
     metadata_namespace,
-    pod_count,
 )
 
 ALLOW_UNRETAINED: Final = "allowUnretained"
@@ -58,20 +57,24 @@ def checkpoint_claim_protection(
     resources = list(resources)
     claims = [r for r in resources if r.type == PVC_TYPE]
     violations: list[Violation] = []
-    for job in (r for r in resources if r.type == PYTORCHJOB_TYPE):
-        pods = pod_count(job.props)
+    for job in resources:
+        view = job_view(job.type)
+        if view is None:
+            continue
+        pods = view.pod_count(job.props)
         namespace = metadata_namespace(job.props)
-        for claim_name in sorted(claim_names(job.props)):
+        mounted = claim_names(pod.spec for pod in view.pod_specs(job.props))
+        for claim_name in sorted(mounted):
             claim = find_named(claims, claim_name, namespace)
             if claim is None:
                 continue
-            violations.extend(_access_violations(job, claim, pods, config))
-            violations.extend(_retention_violations(job, claim, config))
+            violations.extend(_access_violations(view, job, claim, pods, config))
+            violations.extend(_retention_violations(view, job, claim, config))
     return violations
 
 
 def _access_violations(
-    job: Resource, claim: Resource, pods: Any, config: Mapping[str, Any]
+    view: JobView, job: Resource, claim: Resource, pods: Any, config: Mapping[str, Any]
 ) -> list[Violation]:
     if is_unknown(pods) or pods <= 1 or flag(config, ALLOW_SINGLE_NODE_ACCESS):
         return []
@@ -80,7 +83,7 @@ def _access_violations(
         return []
     return [
         Violation(
-            f"claim {metadata_name(claim.props)!r} is mounted by the {pods} pods of PyTorchJob "
+            f"claim {metadata_name(claim.props)!r} is mounted by the {pods} pods of {view.kind} "
             f"{metadata_name(job.props)!r} but spec.accessModes is {as_list(modes)}; "
             f"a multi-node job needs ReadWriteMany (or policy config "
             f"{ALLOW_SINGLE_NODE_ACCESS}: true for a single-node cluster)",
@@ -90,7 +93,7 @@ def _access_violations(
 
 
 def _retention_violations(
-    job: Resource, claim: Resource, config: Mapping[str, Any]
+    view: JobView, job: Resource, claim: Resource, config: Mapping[str, Any]
 ) -> list[Violation]:
     if claim.protect or flag(config, ALLOW_UNRETAINED):
         return []
@@ -99,7 +102,7 @@ def _retention_violations(
         return []
     return [
         Violation(
-            f"checkpoint claim {metadata_name(claim.props)!r} of PyTorchJob "
+            f"checkpoint claim {metadata_name(claim.props)!r} of {view.kind} "
             f"{metadata_name(job.props)!r} is neither protected nor retained on destroy: "
             f"set checkpoints.retainOnDestroy (which adds metadata.annotations"
             f"[{RETAIN_ANNOTATION!r}] = 'true') or protect=True, or opt out with policy config "

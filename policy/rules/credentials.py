@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from .jobs import JobView, job_view
 from .model import (
     DOCKERCONFIGJSON,
-    PYTORCHJOB_TYPE,
     SECRET_TYPE,
     Resource,
     Violation,
@@ -28,8 +28,6 @@ from .model import (
     is_unknown,
     metadata_name,
     metadata_namespace,
-    pod_spec_path,
-    pod_specs,
 )
 
 DOCKER_CONFIG_KEYS: Final = (".dockerconfigjson", ".dockercfg")
@@ -86,8 +84,9 @@ def no_plaintext_credentials(resource_type: str, props: Mapping[str, Any]) -> li
         found = _credential_in_text(value)
         if found:
             messages.append(f"{dotted} contains {found}; keep it in a Secret")
-    if resource_type == PYTORCHJOB_TYPE:
-        messages.extend(_env_messages(props))
+    view = job_view(resource_type)
+    if view is not None:
+        messages.extend(_env_messages(view, props))
     messages.extend(_argument_messages(props))
     return messages
 
@@ -118,21 +117,18 @@ def _dotted(path: tuple[str, ...]) -> str:
     return ".".join(path).replace(".[", "[")
 
 
-def _env_messages(props: Mapping[str, Any]) -> list[str]:
+def _env_messages(view: JobView, props: Mapping[str, Any]) -> list[str]:
     """`env: [{name: HF_TOKEN, value: ...}]` has no credential-named dict key, so look by name."""
     messages: list[str] = []
-    for replica_type, pod in pod_specs(props):
-        for group in ("containers", "initContainers"):
-            for index, container in enumerate(as_list(pod.get(group))):
-                for env_index, env in enumerate(as_list(dig(container, "env"))):
-                    name, value = dig(env, "name"), dig(env, "value")
-                    literal = isinstance(value, str) and bool(value.strip())
-                    if isinstance(name, str) and is_credential_name(name) and literal:
-                        messages.append(
-                            f"{pod_spec_path(replica_type)}.{group}[{index}].env"
-                            f"[{env_index}] ({name}) has a literal value; use "
-                            "valueFrom.secretKeyRef"
-                        )
+    for container in view.containers(props, True):
+        for env_index, env in enumerate(as_list(dig(container.spec, "env"))):
+            name, value = dig(env, "name"), dig(env, "value")
+            literal = isinstance(value, str) and bool(value.strip())
+            if isinstance(name, str) and is_credential_name(name) and literal:
+                messages.append(
+                    f"{container.path}.env[{env_index}] ({name}) has a literal value; use "
+                    "valueFrom.secretKeyRef"
+                )
     return messages
 
 
@@ -187,16 +183,19 @@ def registry_secret_type(resources: Iterable[Resource]) -> list[Violation]:
         violations.extend(
             Violation(message, secret.urn or None) for message in _secret_messages(secret.props)
         )
-    for job in (r for r in resources if r.type == PYTORCHJOB_TYPE):
+    for job in resources:
+        view = job_view(job.type)
+        if view is None:
+            continue
         namespace = metadata_namespace(job.props)
-        for name in sorted(_pull_secret_names(job.props)):
+        for name in sorted(_pull_secret_names(view, job.props)):
             secret = find_named(secrets, name, namespace)
             secret_type = None if secret is None else dig(secret.props, "type")
             if secret is None or is_unknown(secret_type) or secret_type == DOCKERCONFIGJSON:
                 continue
             violations.append(
                 Violation(
-                    f"PyTorchJob {metadata_name(job.props)!r} pulls with Secret {name!r} "
+                    f"{view.kind} {metadata_name(job.props)!r} pulls with Secret {name!r} "
                     f"of type {secret_type!r}; image pull secrets must be {DOCKERCONFIGJSON}",
                     secret.urn or None,
                 )
@@ -204,10 +203,10 @@ def registry_secret_type(resources: Iterable[Resource]) -> list[Violation]:
     return violations
 
 
-def _pull_secret_names(props: Mapping[str, Any]) -> set[str]:
+def _pull_secret_names(view: JobView, props: Mapping[str, Any]) -> set[str]:
     names: set[str] = set()
-    for _, pod in pod_specs(props):
-        for ref in as_list(pod.get("imagePullSecrets")):
+    for pod in view.pod_specs(props):
+        for ref in as_list(pod.spec.get("imagePullSecrets")):
             name = dig(ref, "name")
             if isinstance(name, str):
                 names.add(name)

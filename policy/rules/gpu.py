@@ -15,42 +15,45 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .model import PYTORCHJOB_TYPE, Container, containers, dig, is_unknown
-from .operator import CONTAINER_NAME
+from .jobs import JobView, job_view
+from .model import Container, dig, is_unknown
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 REQUIRED: Final = (("limits", "memory"), ("requests", "cpu"), ("requests", "memory"))
 
 
 def gpu_requests_match_nproc(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    if resource_type != PYTORCHJOB_TYPE:
+    view = job_view(resource_type)
+    if view is None:
         return []
-    training = [c for c in containers(props) if c.spec.get("name") == CONTAINER_NAME]
+    training = [
+        c for c in view.containers(props, False) if c.spec.get("name") == view.training_container
+    ]
     if not training:
         return []  # pytorchjob-operator-shape reports the missing container
     gpu_job = any(_gpu_quantity(c, "limits") or _gpu_quantity(c, "requests") for c in training)
     messages: list[str] = []
     nproc: int | None = None
     if gpu_job:
-        nproc, problem = _nproc_per_node(props)
+        nproc, problem = _nproc_per_node(view, props)
         if problem:
             messages.append(problem)
     for container in training:
         messages.extend(_limit_messages(container))
         if gpu_job and nproc is not None:
-            messages.extend(_gpu_messages(container, nproc))
+            messages.extend(_gpu_messages(container, nproc, view.nproc_per_node(props)[1]))
     return messages
 
 
-def _nproc_per_node(props: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    value = dig(props, "spec", "nprocPerNode")
+def _nproc_per_node(view: JobView, props: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    value, path = view.nproc_per_node(props)
     if is_unknown(value):
         return None, None
     try:
         nproc = int(value)
     except (TypeError, ValueError):
         return None, (
-            f"spec.nprocPerNode is {value!r}; a GPU job needs an explicit number of processes "
+            f"{path} is {value!r}; a GPU job needs an explicit number of processes "
             "per node so it can be compared with the GPUs each pod requests"
         )
     return nproc, None
@@ -68,18 +71,18 @@ def _limit_messages(container: Container) -> list[str]:
     for section, name in REQUIRED:
         value = dig(resources, section, name)
         if value is None or value == "":
-            messages.append(f"{container.path}.resources.{section}.{name} is missing")
+            messages.append(f"{container.field_path('resources')}.{section}.{name} is missing")
     return messages
 
 
-def _gpu_messages(container: Container, nproc: int) -> list[str]:
+def _gpu_messages(container: Container, nproc: int, nproc_path: str) -> list[str]:
     messages: list[str] = []
     limit = _gpu_quantity(container, "limits")
     request = _gpu_quantity(container, "requests")
-    field = f"{container.path}.resources"
+    field = container.field_path("resources")
     if not is_unknown(limit) and _as_int(limit) != nproc:
         messages.append(
-            f"{field}.limits[{GPU_RESOURCE!r}] is {limit!r} but spec.nprocPerNode is {nproc}; "
+            f"{field}.limits[{GPU_RESOURCE!r}] is {limit!r} but {nproc_path} is {nproc}; "
             "each pod must get one GPU per process"
         )
     comparable = request is not None and not is_unknown(request) and not is_unknown(limit)

@@ -7,16 +7,18 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .model import PYTORCHJOB_TYPE, containers, is_unknown
+from .jobs import job_view
+from .model import is_unknown
 
 DIGEST_REFERENCE: Final = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 
 
 def image_pinned_by_digest(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    if resource_type != PYTORCHJOB_TYPE:
+    view = job_view(resource_type)
+    if view is None:
         return []
     messages: list[str] = []
-    for container in containers(props, include_init=True):
+    for container in view.containers(props, True):
         image = container.spec.get("image")
         # Unknown during preview when the image is built by this update; `pulumi up` checks it
         # again with the real digest before the job is created.
@@ -24,7 +26,7 @@ def image_pinned_by_digest(resource_type: str, props: Mapping[str, Any]) -> list
             continue
         problem = image_reference_problem(image)
         if problem:
-            messages.append(f"{container.path}.image {problem}")
+            messages.append(f"{container.field_path('image')} {problem}")
     return messages
 
 

@@ -9,19 +9,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .jobs import job_view
 from .model import PYTORCHJOB_TYPE, dig
 
 
 def job_active_deadline(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    if resource_type != PYTORCHJOB_TYPE or dig(props, "spec", "runPolicy", "activeDeadlineSeconds"):
+    view = job_view(resource_type)
+    if view is None or dig(props, *view.active_deadline_path):
         return []
     return [
-        "spec.runPolicy.activeDeadlineSeconds is not set: a hung job keeps its GPUs until someone "
-        "deletes it (stack setting job.activeDeadlineSeconds)"
+        f"{'.'.join(view.active_deadline_path)} is not set: a hung job keeps its GPUs until "
+        "someone deletes it (stack setting job.activeDeadlineSeconds)"
     ]
 
 
 def job_ttl_after_finished(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    # A TrainJob's TTL is its runtime's (the JobSet template's ttlSecondsAfterFinished).
     if resource_type != PYTORCHJOB_TYPE:
         return []
     if dig(props, "spec", "runPolicy", "ttlSecondsAfterFinished") is not None:

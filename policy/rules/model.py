@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -10,13 +10,13 @@ PVC_TYPE: Final = "kubernetes:core/v1:PersistentVolumeClaim"
 SECRET_TYPE: Final = "kubernetes:core/v1:Secret"
 # pulumi_kubernetes.apiextensions.CustomResource registers f"kubernetes:{apiVersion}:{kind}".
 PYTORCHJOB_TYPE: Final = "kubernetes:kubeflow.org/v1:PyTorchJob"
+TRAINJOB_TYPE: Final = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
 DOCKER_IMAGE_TYPE: Final = "docker:index/image:Image"
 
 DOCKERCONFIGJSON: Final = "kubernetes.io/dockerconfigjson"
 # Policies cannot see the retain_on_delete resource option (only `protect`), so the program
 # declares it on the claim with this annotation, set from the same stack setting.
 RETAIN_ANNOTATION: Final = "pytorch-distributed/retain-on-destroy"
-REPLICA_TYPES: Final = ("Master", "Worker")
 
 
 class _Unknown:
@@ -59,11 +59,17 @@ class Violation:
 
 @dataclass(frozen=True)
 class Container:
-    """A container of a PyTorchJob replica, with the manifest path reviewers can search for."""
+    """A container of a job's pods, with the manifest path reviewers can search for."""
 
     replica_type: str
     path: str
     spec: Mapping[str, Any] = field(repr=False)
+    # Container fields the job sets under another name (a TrainJob's `resourcesPerNode`).
+    renamed: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def field_path(self, name: str) -> str:
+        """The manifest path of the container's field `name`."""
+        return f"{self.path}.{self.renamed.get(name, name)}"
 
 
 def dig(value: Any, *keys: str | int) -> Any:
@@ -92,56 +98,10 @@ def as_list(value: Any) -> list[Any]:
     return []
 
 
-def replica_specs(props: Mapping[str, Any]) -> Mapping[str, Any]:
-    return as_mapping(dig(props, "spec", "pytorchReplicaSpecs"))
-
-
-def replica_count(replica_spec: Any) -> int | _Unknown:
-    """The operator defaults a missing `replicas` to 1."""
-    replicas = dig(replica_spec, "replicas")
-    if replicas is None:
-        return 1
-    if is_unknown(replicas):
-        return UNKNOWN
-    try:
-        return int(replicas)
-    except (TypeError, ValueError):
-        return 0
-
-
-def pod_count(props: Mapping[str, Any]) -> int | _Unknown:
-    """How many pods (and so, potentially, nodes) the job starts across all replica types."""
-    total = 0
-    for spec in replica_specs(props).values():
-        count = replica_count(spec)
-        if is_unknown(count):
-            return UNKNOWN
-        total += int(count)  # type: ignore[arg-type]
-    return total
-
-
-def pod_spec_path(replica_type: str) -> str:
-    return f"spec.pytorchReplicaSpecs.{replica_type}.template.spec"
-
-
-def pod_specs(props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for replica_type, spec in replica_specs(props).items():
-        yield replica_type, as_mapping(dig(spec, "template", "spec"))
-
-
-def containers(props: Mapping[str, Any], *, include_init: bool = False) -> Iterator[Container]:
-    groups = ("containers", "initContainers") if include_init else ("containers",)
-    for replica_type, pod in pod_specs(props):
-        for group in groups:
-            for index, container in enumerate(as_list(pod.get(group))):
-                path = f"{pod_spec_path(replica_type)}.{group}[{index}]"
-                yield Container(replica_type, path, as_mapping(container))
-
-
-def claim_names(props: Mapping[str, Any]) -> set[str]:
-    """Names of the PersistentVolumeClaims the job's pods mount."""
+def claim_names(pod_specs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Names of the PersistentVolumeClaims these pod specs mount."""
     names: set[str] = set()
-    for _, pod in pod_specs(props):
+    for pod in pod_specs:
         for volume in as_list(pod.get("volumes")):
             name = dig(volume, "persistentVolumeClaim", "claimName")
             if isinstance(name, str):

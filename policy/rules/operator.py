@@ -22,20 +22,17 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .model import (
-    PYTORCHJOB_TYPE,
+from .jobs.pytorchjob import (
+    CONTAINER_NAME,
     REPLICA_TYPES,
-    as_list,
-    dig,
-    is_unknown,
-    metadata_name,
     pod_count,
     pod_spec_path,
     replica_count,
     replica_specs,
 )
+from .model import PYTORCHJOB_TYPE, as_list, dig, is_unknown, metadata_name
 
-CONTAINER_NAME: Final = "pytorch"
+__all__ = ["CONTAINER_NAME", "admission_violations", "pytorchjob_operator_shape"]
 RDZV_BACKENDS: Final = ("c10d", "etcd", "etcd-v2")
 RESTART_POLICIES: Final = ("Always", "OnFailure", "Never", "ExitCode")
 # The operator's webhook: the job name becomes the prefix of its pods' Service names.

@@ -24,6 +24,7 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UnknownValueError
 
 from . import checkpoint, credentials, gpu, image, lifecycle, operator, scheduler
+from .jobs import trainjob
 from .model import UNKNOWN, Resource, Violation
 
 PACK_NAME: Final = "pytorch-distributed-guardrails"
@@ -112,20 +113,22 @@ def build_policies() -> list[Policy]:
     return [
         stack_policy(
             "checkpoint-claim-protection",
-            "The checkpoint claim of a multi-node PyTorchJob is ReadWriteMany, and every "
-            "checkpoint claim is protected or retained on destroy.",
+            "The checkpoint claim of a multi-node PyTorchJob or TrainJob is ReadWriteMany, and "
+            "every checkpoint claim is protected or retained on destroy.",
             checkpoint.checkpoint_claim_protection,
             PolicyConfigSchema(properties=dict(checkpoint.CONFIG_SCHEMA)),
         ),
         resource_policy(
             "image-pinned-by-digest",
-            "PyTorchJob containers use images pinned by digest, never a bare tag or latest.",
+            "PyTorchJob and TrainJob containers use images pinned by digest, never a bare tag or "
+            "latest.",
             _ignore_config(image.image_pinned_by_digest),
             mandatory,
         ),
         resource_policy(
             "gpu-requests-match-nproc",
-            "Training containers request as many GPUs as spec.nprocPerNode, with GPU requests "
+            "Training containers request as many GPUs as processes per node (spec.nprocPerNode, "
+            "a TrainJob's spec.trainer.numProcPerNode), with GPU requests "
             "equal to limits, a memory limit and cpu and memory requests.",
             _ignore_config(gpu.gpu_requests_match_nproc),
             mandatory,
@@ -135,6 +138,13 @@ def build_policies() -> list[Policy]:
             "A PyTorchJob has only Master and Worker replicas, exactly one Master, a "
             "container named 'pytorch' in each, a DNS-1035 name and a string nprocPerNode.",
             _ignore_config(operator.pytorchjob_operator_shape),
+            mandatory,
+        ),
+        resource_policy(
+            "trainjob-shape",
+            "A TrainJob names its runtime, sets its trainer (numNodes >= 1, none of the torch "
+            "plugin's PET_* variables), patches the runtime's 'node' job and has a DNS-1035 name.",
+            _ignore_config(trainjob.trainjob_shape),
             mandatory,
         ),
         stack_policy(
@@ -152,7 +162,8 @@ def build_policies() -> list[Policy]:
         ),
         resource_policy(
             "runai-scheduler",
-            "On Run:ai stacks every PyTorchJob pod uses runai-scheduler.",
+            "On Run:ai stacks every PyTorchJob pod uses runai-scheduler; a TrainJob is refused "
+            "there (Run:ai does not schedule TrainJob).",
             scheduler.runai_scheduler,
             mandatory,
             PolicyConfigSchema(
@@ -168,7 +179,8 @@ def build_policies() -> list[Policy]:
         ),
         resource_policy(
             "job-active-deadline",
-            "A PyTorchJob should bound its run time with spec.runPolicy.activeDeadlineSeconds.",
+            "A job should bound its run time (a PyTorchJob's spec.runPolicy."
+            "activeDeadlineSeconds, a TrainJob's spec.activeDeadlineSeconds).",
             _ignore_config(lifecycle.job_active_deadline),
             advisory,
         ),

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .model import PYTORCHJOB_TYPE, dig, is_unknown, metadata_namespace, pod_spec_path, pod_specs
+from .jobs import job_view
+from .model import TRAINJOB_TYPE, dig, is_unknown, metadata_namespace
 
 RUNAI_SCHEDULER: Final = "runai-scheduler"
 PLATFORMS: Final = ("kubeflow", "runai")
@@ -26,16 +27,23 @@ def is_runai_stack(props: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
 def runai_scheduler(
     resource_type: str, props: Mapping[str, Any], config: Mapping[str, Any]
 ) -> list[str]:
-    if resource_type != PYTORCHJOB_TYPE or not is_runai_stack(props, config):
+    view = job_view(resource_type)
+    if view is None or not is_runai_stack(props, config):
         return []
+    if resource_type == TRAINJOB_TYPE:
+        return [
+            "a TrainJob on a Run:ai stack: Run:ai schedules PyTorchJob (kubeflow.org/v1) but "
+            "not Trainer v2's TrainJob, whose pods could not be given runai-scheduler (a "
+            "runtime patch cannot set schedulerName); use job.api: pytorchjob"
+        ]
     messages: list[str] = []
-    for replica_type, pod in pod_specs(props):
-        scheduler = dig(pod, "schedulerName")
+    for pod in view.pod_specs(props):
+        scheduler = dig(pod.spec, "schedulerName")
         if is_unknown(scheduler) or scheduler == RUNAI_SCHEDULER:
             continue
         shown = "not set" if scheduler is None else repr(scheduler)
         messages.append(
-            f"{pod_spec_path(replica_type)}.schedulerName is {shown}; "
+            f"{pod.path}.schedulerName is {shown}; "
             f"pods on a Run:ai stack must use {RUNAI_SCHEDULER!r}"
         )
     return messages

@@ -13,16 +13,14 @@ import kubernetes_validate
 import pulumi
 import pytest
 
+from components.job_apis.pytorchjob import CONTAINER_NAME, MASTER_PORT, pytorchjob_manifest
 from components.manifests import (
-    CONTAINER_NAME,
     ENTRYPOINT,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
-    MASTER_PORT,
     checkpoint_claim_manifest,
     common_labels,
     docker_config,
-    pytorchjob_manifest,
     registry_secret_manifest,
     resource_names,
     stack_objects,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from components.manifests import pytorchjob_manifest, resource_names, trainer_args
+from components.job_apis.pytorchjob import injected_env, pytorchjob_manifest, replica_pods
+from components.manifests import resource_names, trainer_args
 from components.settings import SettingsError, StackSettings, parse_settings
 from policy.rules.operator import admission_violations
 from tests.components.k8s_rules import validate_manifest
-from tools.operator_env import injected_env, replica_pods
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
 

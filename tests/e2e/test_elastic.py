@@ -1,7 +1,7 @@
 """An elastic stack through the real engine and the real training operator: `make up` creates the
 PyTorchJob with its elasticPolicy exactly as the builder describes it, the operator's webhook
-admits it, and every pod it creates carries the environment `tools.operator_env` computes (the
-local runner's emulation of elastic jobs, checked against the operator itself)."""
+admits it, and every pod it creates carries the environment `components.job_apis.pytorchjob`
+computes (the local runner's emulation of elastic jobs, checked against the operator itself)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
-from components.manifests import pytorchjob_manifest
+from components.job_apis.pytorchjob import (
+    injected_env,
+    pytorchjob_manifest,
+    replica_pods,
+    training_container,
+)
 from components.settings import StackSettings
 from tests.e2e.conftest import Cluster, Project, Stack
-from tools.operator_env import injected_env, replica_pods, training_container
 
 NAMESPACE = "default"
 

@@ -13,15 +13,19 @@ from typing import Any
 
 import pytest
 
+from components.job_apis.pytorchjob import (
+    injected_env,
+    pytorchjob_manifest,
+    replica_pods,
+    training_container,
+)
 from components.manifests import (
     checkpoint_claim_manifest,
-    pytorchjob_manifest,
     registry_secret_manifest,
     resource_names,
 )
 from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
-from tools.operator_env import injected_env, replica_pods, training_container
 
 NAMESPACE = "default"
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"

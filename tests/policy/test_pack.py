@@ -30,6 +30,7 @@ MANDATORY_POLICIES = {
     "registry-secret-type",
     "no-plaintext-credentials",
     "runai-scheduler",
+    "trainjob-shape",
 }
 ADVISORY_POLICIES = {"job-active-deadline", "job-ttl-after-finished"}
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from components.manifests import pytorchjob_manifest
+from components.job_apis.pytorchjob import pytorchjob_manifest
 from components.settings import ElasticSettings, SettingsError, StackSettings, load_stack_file
 from tests.conftest import committed_epochs, wait_for_runner
 from tools import procs
@@ -507,7 +507,7 @@ def test_with_containers_a_task_only_the_image_has_is_left_to_the_container(
 
 def test_an_unknown_stack_lists_the_existing_ones(capsys: pytest.CaptureFixture[str]) -> None:
     line = refused(capsys, "--stack", "dve")
-    assert line.endswith(f"the stacks in {REPO_ROOT} are dev, prod"), line
+    assert line.endswith(f"the stacks in {REPO_ROOT} are dev, prod, trainjob"), line
 
 
 def test_keys_under_another_namespace_are_refused_naming_the_projects(

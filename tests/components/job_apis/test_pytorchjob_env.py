@@ -1,5 +1,6 @@
-"""tools.operator_env against tables written from training-operator v1.9's rules (envvar.go,
-master.go, elastic.go and the API defaulter pytorch_defaults.go), not from the function itself.
+"""components.job_apis.pytorchjob's environment rules against tables written from
+training-operator v1.9's rules (envvar.go, master.go, elastic.go and the API defaulter
+pytorch_defaults.go), not from the function itself.
 
 The rules, as the tables below encode them: PYTHONUNBUFFERED is "1" in every pod; a job with a
 Master gets MASTER_*/PET_MASTER_* (the master's service and its pytorchjob-port), WORLD_SIZE =
@@ -17,11 +18,16 @@ from typing import Any
 
 import pytest
 
-from components.manifests import pytorchjob_manifest
+from components.job_apis import JobApiError as OperatorEnvError
+from components.job_apis.pytorchjob import (
+    injected_env,
+    pod_name,
+    pytorchjob_manifest,
+    replica_pods,
+)
 from components.settings import load_stack_file
-from tools.operator_env import OperatorEnvError, injected_env, pod_name, replica_pods
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def job(
