@@ -14,6 +14,8 @@ PULUMI_ARGS ?=
 # make checkpoint: where the copies go, and more flags (RETRIEVE_ARGS="--all", "--epoch 4").
 OUT ?=
 RETRIEVE_ARGS ?=
+# Extra flags for `make status` (STATUS_ARGS=--no-follow).
+STATUS_ARGS ?=
 # make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
 BACKEND ?= process
 IMAGE ?= localhost/pytorch-distributed-trainer:local
@@ -22,13 +24,13 @@ IMAGE ?= localhost/pytorch-distributed-trainer:local
 CONTAINER_RUNTIME ?= runc
 export CONTAINER_RUNTIME
 
-SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh) .ci/run
 # pytest-xdist workers for `make pytest` / `make test-fast` (auto: one per core). Only these two
 # targets run in parallel; the e2e and container suites share one control plane or podman store.
 PYTEST_WORKERS ?= auto
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy bench clean pulumi-cli
+.PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -109,13 +111,16 @@ $(STAMP) $(POLICY_STAMP): | pulumi-cli
 endif
 
 preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
-	scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
+	PYTHON=$(BIN)/python scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
 
 up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
-	scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
+	PYTHON=$(BIN)/python scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
 
 destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
-	scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
+	PYTHON=$(BIN)/python scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
+
+status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follows the master's log to the end.
+	$(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)
 
 bench: $(STAMP) ## Trainer throughput and checkpoint-stall benchmark.
 	OMP_NUM_THREADS=1 $(BIN)/python bench/trainer_throughput.py

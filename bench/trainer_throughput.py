@@ -9,8 +9,11 @@
    and data order, so both must end with bitwise-equal weights (printed as a check).
 2. Checkpoint stall: loop time lost per checkpoint (save() blocking plus steps slowed by the
    writer sharing the cores), first save included, for a 32 KB and a 512 MB state: ours vs a
-   synchronous save, over 5 fresh writers of 6 saves each; then the same measurement of a
-   stall of known length, which shows the estimator's own bias.
+   synchronous save, over 5 fresh writers of 6 saves each, each write done before the next
+   save (epoch saves); then the same for saves a fixed stretch of training apart, as
+   ``--save-every-steps`` makes them (a save may come while the previous one is still being
+   written); then the measurement of a stall of known length, which shows the estimator's own
+   bias.
 3. Resume: time from a committed 1 GB checkpoint to a model ready for its first step, ours
    (verify + load + restore) vs reading the file and ``torch.load`` once.
 
@@ -47,14 +50,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tutorial_loop import PerSampleDataset
 from trainer.async_writer import CheckpointWriter
-from trainer.checkpoint import CheckpointStore, find_resumable, model_sha256
+from trainer.checkpoint import CheckpointStore, model_sha256
 from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
 from trainer.cli import TrainConfig
-from trainer.data import ShardedBatches
+from trainer.data import GlobalBatches
 from trainer.distributed import DistContext, run_and_exit
-from trainer.loop import StopAgreement, Trainer
+from trainer.loop import Trainer
 from trainer.metrics import read_metrics
 from trainer.resume import ResumePoint
+from trainer.stop_agreement import StopAgreement
 from trainer.task import TaskContext, regression_task
 
 WORLD_SIZE = 2
@@ -102,8 +106,9 @@ def ours(args: argparse.Namespace, rank: int, directory: Path) -> dict[str, floa
         dataset_size=args.dataset_size,
     )
     ctx = DistContext(rank, WORLD_SIZE, rank, torch.device("cpu"), "gloo")
-    trainer = Trainer.build(config, ctx)
-    point = ResumePoint(None, 0, 0)
+    global_batch = args.batch_size * WORLD_SIZE
+    trainer = Trainer.build(config, ctx, global_batch)
+    point = ResumePoint(None, 0, 0, global_batch)
     trainer.run(point, StopAgreement(ctx), trainer.restore(point, None))
     if trainer.writer is not None:
         trainer.writer.close()
@@ -199,7 +204,15 @@ def data_path(args: argparse.Namespace) -> dict[str, float]:
     dataset = PerSampleDataset(task.inputs, task.targets)
     sampler = DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=0, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=False, sampler=sampler)
-    sharded = ShardedBatches(task.inputs, task.targets, args.batch_size, args.seed, 0, WORLD_SIZE)
+    sharded = GlobalBatches(
+        task.inputs,
+        task.targets,
+        global_batch=args.batch_size * WORLD_SIZE,
+        micro_batch=args.batch_size,
+        seed=args.seed,
+        rank=0,
+        world_size=WORLD_SIZE,
+    )
     timings: dict[str, list[float]] = {"baseline": [], "ours": []}
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -350,6 +363,55 @@ def checkpoint_stall(nbytes: int, repeats: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def spaced_saves(
+    nbytes: int, spacing_s: float, saves: int, directory: Path, *, background: bool = True
+) -> tuple[float, float]:
+    """Loop seconds lost per save when saves come ``spacing_s`` of training apart (a
+    ``--save-every-steps`` schedule), first save included: the loop's time with the saves,
+    less the same steps without (control windows before and after, averaged); and the mean
+    time ``save()`` itself blocks (with saves this close, mostly waiting for the previous
+    write), which the noise of a shared machine does not touch."""
+    model = nn.Linear(20, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    state = stall_state(nbytes)
+    writer = CheckpointWriter(CheckpointStore(directory, keep=2), background=background)
+    writer.prepare(state)
+    training_step(model, optimizer)
+    state[OPTIMIZER_STATE]["state"] = {0: {"momentum_buffer": torch.randn(max(nbytes // 8, 1))}}
+    writer.prepare(state)
+    deadline = time.perf_counter() + 5.0
+    while writer.writer_started and not writer.writer_ready() and time.perf_counter() < deadline:
+        training_step(model, optimizer)
+    per_step = timed_steps(model, optimizer, CONTROL_STEPS) / CONTROL_STEPS
+    steps = max(int(spacing_s / per_step), 1)
+    before = timed_steps(model, optimizer, steps * saves)
+    blocked = 0.0
+    started = time.perf_counter()
+    for index in range(saves):
+        timed_steps(model, optimizer, steps)
+        save_started = time.perf_counter()
+        writer.save(state, epochs_completed=0, step_in_epoch=index + 1)
+        blocked += time.perf_counter() - save_started
+    elapsed = time.perf_counter() - started
+    writer.close()
+    after = timed_steps(model, optimizer, steps * saves)
+    return (elapsed - (before + after) / 2) / saves, blocked / saves
+
+
+def step_saves(nbytes: int, spacings: list[float], saves: int) -> dict[float, dict[str, float]]:
+    """:func:`spaced_saves` for each spacing, ours and a synchronous writer."""
+    results: dict[float, dict[str, float]] = {}
+    for spacing in spacings:
+        lost = {}
+        for name, background in (("ours", True), ("sync", False)):
+            with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as scratch:
+                lost[name], lost[f"{name}_blocks"] = spaced_saves(
+                    nbytes, spacing, saves, Path(scratch), background=background
+                )
+        results[spacing] = lost
+    return results
+
+
 def estimator_check(stall_s: float, in_flight_s: float, repeats: int) -> float:
     """What :func:`bracketed_save` reports, mean of ``repeats``, for a save whose cost is known
     exactly: the loop spins ``stall_s`` and then trains on for ``in_flight_s`` with nothing
@@ -419,7 +481,7 @@ def resume(nbytes: int) -> dict[str, float]:
             timings["baseline"].append(time.perf_counter() - started)
             del loaded
             started = time.perf_counter()
-            found = find_resumable(directory)
+            found = CheckpointStore(directory).find_resumable()
             assert found is not None
             model.load_state_dict(found.checkpoint.model_state)
             timings["ours"].append(time.perf_counter() - started)
@@ -438,6 +500,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=6, help="saves per writer")
     parser.add_argument(
         "--stall-rounds", type=int, default=5, help="fresh writers per checkpoint size"
+    )
+    parser.add_argument(
+        "--step-save-seconds",
+        type=float,
+        nargs="*",
+        default=[2.0, 0.5],
+        help="seconds of training between --save-every-steps saves, one row each (none skips)",
     )
     parser.add_argument("--resume-mb", type=int, default=1024, help="0 skips the resume row")
     parser.add_argument("--e2e-rounds", type=int, default=3, help="0 skips the end-to-end row")
@@ -515,6 +584,26 @@ def main() -> int:
             f"{'  worst single save / synchronous save':50}"
             f"{stall['max_lost_s'] / stall['sync_s']:>9.1%}"
         )
+    if any(spacing <= 0 for spacing in args.step_save_seconds):
+        parser.error(f"--step-save-seconds = {args.step_save_seconds}: allowed: seconds > 0")
+    if args.step_save_seconds:
+        nbytes = args.checkpoint_mb << 20
+        rows = step_saves(nbytes, args.step_save_seconds, args.repeats)
+        print(
+            f"\ncheckpoint stall of --save-every-steps saves, {nbytes >> 20} MB state, "
+            f"{args.repeats} saves a fixed stretch of training apart (beside the epoch saves "
+            "above, each written before the next):"
+        )
+        for spacing, lost in rows.items():
+            print(
+                f"{f'  {spacing:g} s apart, loop time lost: ours / synchronous':50}"
+                f"{lost['ours']:>9.4f} s / {lost['sync']:.4f} s"
+            )
+            print(
+                f"{f'  {spacing:g} s apart, save() blocks: ours / synchronous':50}"
+                f"{lost['ours_blocks']:>9.4f} s / {lost['sync_blocks']:.4f} s"
+                f"  ({lost['ours_blocks'] / lost['sync_blocks']:.1%})"
+            )
     checks = 2 * args.repeats
     measured = estimator_check(ESTIMATOR_CHECK_S, 0.8, checks)
     print(

@@ -14,7 +14,14 @@ Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies 
 - `spec.nprocPerNode` is a string field (`*string` in PyTorchJobSpec) that becomes
   PET_NPROC_PER_NODE;
 - the replica's `restartPolicy` (not the pod template's) decides how the operator restarts pods;
-- it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`.
+  under `ExitCode` the pods get `restartPolicy: Never`, a pod that exited 128 or more is deleted
+  and recreated, one that exited 1-127 fails the job, and `backoffLimit` never applies (it sums
+  container restarts, and recreated pods have none);
+- it labels pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type`;
+- with `spec.elasticPolicy` it needs a Worker replica spec and injects PET_NNODES=min:max,
+  PET_RDZV_ENDPOINT=`<job>-worker-0`:<the Worker's port>, PET_RDZV_BACKEND and PET_MAX_RESTARTS
+  instead of a fixed node count and rank; an elastic job here is Workers only, as in the
+  operator's elastic examples (every pod is a torchrun agent of the c10d rendezvous).
 """
 
 from __future__ import annotations
@@ -49,32 +56,39 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
-# Running, or already Succeeded: a short job can finish before the await sees Running, and the
-# provider re-checks this on every update, also of a job that finished long ago.
-WAIT_FOR_RUNNING = (
-    'jsonpath={.status.conditions[?(@.status=="True" && '
-    '(@.type=="Running" || @.type=="Succeeded"))]}'
-)
+# torchrun's rendezvous for elastic jobs: a TCP store on the first node's agent.
+RDZV_BACKEND = "c10d"
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
 READER_MANAGER = "pytorch-distributed-retrieve"
+# Every object is applied (server-side) under this one field manager, instead of a random name
+# per `pulumi up` (pulumi-kubernetes' default). An object an interrupted update created but never
+# recorded is adopted by the next update's create; under one name that adoption owns exactly the
+# same fields, where a second random name would leave the first co-owning them and turn the next
+# change of any of them into an apply conflict.
+FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
+FIELD_MANAGER = "pytorch-distributed"
 
 
 @dataclass(frozen=True)
 class ResourceNames:
-    """metadata.name of each Kubernetes object, so every module refers to them the same way."""
+    """metadata.name of each Kubernetes object, so every module refers to them the same way.
+    ``first_pod``: the pod rank 0 runs in (the Master, or an elastic job's worker-0)."""
 
     job: str
     claim: str
     pull_secret: str | None
+    first_pod: str
 
 
 def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
     claim = settings.checkpoints.existing_claim or f"{job}-checkpoints"
     pull_secret = f"{job}-registry" if settings.registry is not None else None
-    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret)
+    # The operator names pods <job>-<type>-<index>.
+    first_pod = f"{job}-worker-0" if settings.job.elastic is not None else f"{job}-master-0"
+    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret, first_pod=first_pod)
 
 
 def common_labels(settings: StackSettings) -> dict[str, str]:
@@ -105,6 +119,7 @@ def _metadata(settings: StackSettings, name: str, component: str) -> dict[str, A
             **common_labels(settings),
             "app.kubernetes.io/component": component,
         },
+        "annotations": {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
     }
 
 
@@ -160,7 +175,7 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
         spec["storageClassName"] = checkpoints.storage_class
     metadata = _metadata(settings, resource_names(settings).claim, "checkpoints")
     if checkpoints.retain_on_destroy:
-        metadata["annotations"] = {RETAIN_ANNOTATION: "true"}
+        metadata["annotations"][RETAIN_ANNOTATION] = "true"
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -172,9 +187,10 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
 def trainer_args(settings: StackSettings) -> list[str]:
     """entrypoint.sh arguments: its own flags, `--`, then the trainer CLI."""
     job = settings.job
+    max_restarts = job.elastic.max_restarts if job.elastic is not None else job.max_restarts
     args = [
         "--max-restarts",
-        str(job.max_restarts),
+        str(max_restarts),
         "--",
         "--batch_size",
         str(job.batch_size),
@@ -189,6 +205,11 @@ def trainer_args(settings: StackSettings) -> list[str]:
         args += ["--task", job.task]
     if job.init_from is not None:
         args += ["--init-from", job.init_from]
+    if job.save_every_steps is not None:
+        args += ["--save-every-steps", str(job.save_every_steps)]
+    if job.elastic is not None:
+        # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
+        args += ["--global-batch-size", str(job.global_batch_size)]
     return args
 
 
@@ -272,35 +293,52 @@ def pod_template(settings: StackSettings, *, image: Any, replica_type: str) -> d
 def _replica(settings: StackSettings, *, image: Any, replica_type: str, replicas: int) -> dict:
     return {
         "replicas": replicas,
-        "restartPolicy": "OnFailure",
+        "restartPolicy": settings.job.restart_policy,
         "template": pod_template(settings, image=image, replica_type=replica_type),
     }
 
 
 def wait_annotations(settings: StackSettings) -> dict[str, str]:
-    """How long `pulumi up` waits on the job (pulumi-kubernetes 4.x await annotations).
+    """What the Kubernetes provider itself waits for once it has applied the job.
 
-    A PyTorchJob is a custom resource: pulumi-kubernetes waits for nothing beyond creation by
-    default, skips even that with `pulumi.com/skipAwait`, and with `pulumi.com/waitFor` waits until
-    the given condition holds (the operator sets the `Running` condition once all pods run).
+    A PyTorchJob is a custom resource: pulumi-kubernetes 4.x waits for nothing beyond its
+    creation, or skips even that with `pulumi.com/skipAwait`. Its `pulumi.com/waitFor` could wait
+    for a condition, but never fails on another one (a Failed job would hold `pulumi up` until
+    the timeout) and re-checks it on every later update of the job; so `running` and `succeeded`
+    are waited for by the job's resource hooks instead (components/job_outcome.py), after the
+    provider returns.
     """
-    wait_for = settings.job.wait_for
-    if wait_for == "none":
+    if settings.job.wait_for == "none":
         return {"pulumi.com/skipAwait": "true"}
-    if wait_for == "running":
-        return {"pulumi.com/waitFor": WAIT_FOR_RUNNING}
     return {}
 
 
-def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
-    """The kubeflow.org/v1 PyTorchJob: one training master plus `nodes - 1` workers."""
-    job = settings.job
-    replica_specs: dict[str, Any] = {
-        "Master": _replica(settings, image=image, replica_type="Master", replicas=1)
+def elastic_policy(settings: StackSettings) -> dict[str, Any] | None:
+    """`spec.elasticPolicy` of an elastic job: between `minNodes` and all `job.nodes` pods, c10d
+    rendezvous, torchrun's restarts; None for a job of fixed size."""
+    elastic = settings.job.elastic
+    if elastic is None:
+        return None
+    return {
+        "minReplicas": elastic.min_nodes,
+        "maxReplicas": settings.job.nodes,
+        "rdzvBackend": RDZV_BACKEND,
+        "maxRestarts": elastic.max_restarts,
     }
-    if job.workers > 0:
+
+
+def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
+    """The kubeflow.org/v1 PyTorchJob: one training master plus `nodes - 1` workers, or, for
+    an elastic job, `nodes` workers with an elasticPolicy."""
+    job = settings.job
+    elastic = elastic_policy(settings)
+    replica_specs: dict[str, Any] = {}
+    if elastic is None:
+        replica_specs["Master"] = _replica(settings, image=image, replica_type="Master", replicas=1)
+    workers = job.workers if elastic is None else job.nodes
+    if workers > 0:
         replica_specs["Worker"] = _replica(
-            settings, image=image, replica_type="Worker", replicas=job.workers
+            settings, image=image, replica_type="Worker", replicas=workers
         )
     run_policy: dict[str, Any] = {
         "backoffLimit": job.backoff_limit,
@@ -310,20 +348,21 @@ def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any
         run_policy["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
     if job.active_deadline_seconds is not None:
         run_policy["activeDeadlineSeconds"] = job.active_deadline_seconds
+    if elastic is not None and settings.platform == "runai":
+        # The gang's minimum: Run:ai schedules the job once this many pods fit, not all.
+        run_policy["schedulingPolicy"] = {"minAvailable": elastic["minReplicas"]}
     metadata = _metadata(settings, resource_names(settings).job, "training")
     metadata["labels"].update(scheduling_labels(settings))
-    annotations = wait_annotations(settings)
-    if annotations:
-        metadata["annotations"] = annotations
+    metadata["annotations"].update(wait_annotations(settings))
+    spec: dict[str, Any] = {"nprocPerNode": str(job.nproc_per_node)}
+    if elastic is not None:
+        spec["elasticPolicy"] = elastic
+    spec.update({"runPolicy": run_policy, "pytorchReplicaSpecs": replica_specs})
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": metadata,
-        "spec": {
-            "nprocPerNode": str(job.nproc_per_node),
-            "runPolicy": run_policy,
-            "pytorchReplicaSpecs": replica_specs,
-        },
+        "spec": spec,
     }
 
 

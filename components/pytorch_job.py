@@ -5,6 +5,9 @@ pods when the template changes, so an in-place update would silently do nothing.
 `spec` (image digest, replicas, arguments, resources) therefore deletes the old job and creates a
 new one (`delete_before_replace`, since the name is fixed). Checkpoints live on the claim, so the
 new job resumes from the last one.
+
+With `job.waitFor` running or succeeded, the job's resource hooks (components/job_outcome.py) keep
+`pulumi up` until the job runs or ends, and fail it when the job fails.
 """
 
 from __future__ import annotations
@@ -15,18 +18,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
 from components.settings import JobSettings
-
-# With waitFor "running", `pulumi up` waits until every pod runs; pulling a multi-GB CUDA image
-# onto fresh GPU nodes can take far longer than the provider's default.
-RUNNING_TIMEOUT = "30m"
 
 
 class PyTorchJob(pulumi.ComponentResource):
     """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted.
 
     `manifest` is the job from `stack_objects`; the Kubernetes provider comes from the parent's
-    `providers`.
+    `providers`, and `kube_context` is its context, which the hooks watch the job through.
     """
 
     job_name: pulumi.Output[str]
@@ -37,26 +37,38 @@ class PyTorchJob(pulumi.ComponentResource):
         job: JobSettings,
         manifest: Mapping[str, Any],
         *,
+        kube_context: str | None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:PyTorchJob", name, None, opts)
-        timeouts = None
-        if job.wait_for == "running":
-            timeouts = pulumi.CustomTimeouts(create=RUNNING_TIMEOUT, update=RUNNING_TIMEOUT)
+        metadata = manifest["metadata"]
+        outcome = None
+        if job.wait_for in WAITING_MODES:
+            target = WaitTarget(
+                namespace=metadata["namespace"],
+                job=metadata["name"],
+                kube_context=kube_context,
+                wait_for=job.wait_for,
+                stack=pulumi.get_stack(),
+            )
+            outcome = JobOutcome(name, target)
         self.job = k8s.apiextensions.CustomResource(
             f"{name}-job",
             api_version=manifest["apiVersion"],
             kind=manifest["kind"],
-            metadata=manifest["metadata"],
+            metadata=metadata,
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(depends_on),
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
-                custom_timeouts=timeouts,
+                hooks=None if outcome is None else outcome.binding(),
             ),
         )
-        self.job_name = pulumi.Output.from_input(manifest["metadata"]["name"])
+        self.job_name = pulumi.Output.from_input(metadata["name"])
+        if outcome is not None:
+            # Known once the job is where job.waitFor wants it; a failed job fails the program.
+            self.job_name = self.job.urn.apply(lambda _: outcome.checked(metadata["name"]))
         self.register_outputs({"jobName": self.job_name})

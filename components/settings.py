@@ -64,12 +64,14 @@ Platform = Literal["kubeflow", "runai"]
 ImagePlatform = Literal["linux/amd64", "linux/arm64"]
 AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
 ImageBuilder = Literal["buildkit", "classic"]
-WaitFor = Literal["none", "created", "running"]
+WaitFor = Literal["none", "created", "running", "succeeded"]
+RestartPolicy = Literal["ExitCode", "OnFailure", "Never"]
 CleanPodPolicy = Literal["None", "Running", "All"]
 PLATFORMS: tuple[str, ...] = get_args(Platform)
 IMAGE_PLATFORMS: tuple[str, ...] = get_args(ImagePlatform)
 ACCESS_MODES: tuple[str, ...] = get_args(AccessMode)
 WAIT_FOR: tuple[str, ...] = get_args(WaitFor)
+RESTART_POLICIES: tuple[str, ...] = get_args(RestartPolicy)
 CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
 
 # The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
@@ -77,6 +79,9 @@ CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
 JOB_NAME_MAX = 48
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 16
+# Under restartPolicy ExitCode the operator recreates a pod that exits 128 or more without ever
+# counting it against backoffLimit (kubeflow/trainer#2045): only the job's deadline ends that.
+EXIT_CODE_DEADLINE_SECONDS = 7 * 24 * 3600
 
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -379,6 +384,27 @@ class CheckpointSettings(_Settings):
     """mount this PVC instead of creating one (never managed or deleted)"""
 
 
+def _default_active_deadline(data: dict[str, Any]) -> int | None:
+    """`604800` (7 days) with `restartPolicy: ExitCode`, its only bound on retries; else none"""
+    return EXIT_CODE_DEADLINE_SECONDS if data.get("restart_policy") == "ExitCode" else None
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class ElasticSettings(_Settings):
+    """An elastic job: torchrun agents that re-form the group when a node leaves or joins."""
+
+    min_nodes: Integer = Field(ge=1, le=MAX_NODES)
+    """elastic training: the fewest pods the job trains on (`elasticPolicy.minReplicas`; on
+    Run:ai the gang's minimum); it goes on with fewer than `job.nodes` when pods are lost and
+    takes them back when they return, resuming exactly from the newest checkpoint each time"""
+    max_nodes: Integer | None = Field(None, ge=1, le=MAX_NODES)
+    """the most pods it trains on: `job.nodes` (the pods the job has), which is also the
+    default"""
+    max_restarts: Integer = Field(3, ge=0, le=100)
+    """times torchrun re-forms the group after a failure, a lost node included (a node that
+    joins costs none; `elasticPolicy.maxRestarts`)"""
+
+
 @dataclass(frozen=True, config=_CONFIG)
 class JobSettings(_Settings):
     name: JobName = "pytorch-ddp"
@@ -388,7 +414,8 @@ class JobSettings(_Settings):
     gpus_per_node: Integer = Field(1, ge=0, le=MAX_GPUS_PER_NODE)
     """`0` runs on the CPU with gloo; one process per GPU"""
     batch_size: Integer = Field(32, ge=1)
-    """samples per step on each process"""
+    """samples per step on each process (an elastic job on fewer pods keeps its global batch:
+    then the most a process puts through the model at once)"""
     total_epochs: Integer = Field(100, ge=1)
     """epochs to train"""
     save_every: Integer = Field(25, ge=1)
@@ -402,21 +429,60 @@ class JobSettings(_Settings):
     under `checkpoints.mountPath`, not this job's own (`--init-from`)"""
     max_restarts: Integer = Field(0, ge=0, le=100)
     """torchrun restarts inside a pod"""
+    # Before activeDeadlineSeconds, whose default it sets.
+    restart_policy: RestartPolicy = "ExitCode"
+    """what a failed pod gets: `ExitCode` recreates it when it exited 128 or more (SIGTERM:
+    preempted, SIGKILL) and fails the job on 1-127 (the code or the data); `OnFailure` restarts
+    it whatever the code, up to `backoffLimit`; `Never` fails the job"""
     backoff_limit: Integer = Field(3, ge=0, le=100)
-    """pod restarts before the job fails"""
+    """pod restarts before the job fails (`OnFailure`; the operator ignores it under
+    `ExitCode`)"""
     cpu: Quantity = "4"
     """CPU request of each pod"""
     memory: Quantity = "16Gi"
     """memory request and limit of each pod"""
     wait_for: WaitFor = "created"
-    """what `pulumi up` waits for: nothing, the job's creation, or its Running or Succeeded
-    condition"""
+    """what `pulumi up` waits for: nothing, the job's creation, its Running condition, or its
+    end (Succeeded); with `running` and `succeeded` a job that fails fails `pulumi up`"""
     ttl_seconds_after_finished: Integer | None = Field(None, ge=0)
     """the operator deletes the finished job after this many seconds (unset: never)"""
-    active_deadline_seconds: Integer | None = Field(None, ge=1)
-    """the job fails after running this many seconds (unset: no limit)"""
-    clean_pod_policy: CleanPodPolicy = "None"
-    """which pods the operator deletes when the job finishes"""
+    active_deadline_seconds: Integer | None = Field(default_factory=_default_active_deadline, ge=1)
+    """the job fails after running this many seconds"""
+    clean_pod_policy: CleanPodPolicy = "Running"
+    """which pods the operator deletes when the job finishes: `Running` frees the GPUs of
+    pods still running and keeps the failed pods' logs"""
+    # Issue 21: checkpoints within an epoch and elastic jobs.
+    save_every_steps: Integer | None = Field(None, ge=1)
+    """also a checkpoint every this many optimizer steps, mid-epoch too (unset: at epoch ends
+    only); a lost pod then costs at most this many steps"""
+    elastic: ElasticSettings | None = None
+
+    @model_validator(mode="after")
+    def _elastic_fits(self, info: ValidationInfo) -> JobSettings:
+        if info.context is None or self.elastic is None:
+            return self
+        elastic = self.elastic
+        _check(
+            elastic.max_nodes in (None, self.nodes),
+            "elastic.maxNodes",
+            elastic.max_nodes,
+            f"the job has job.nodes = {self.nodes} pods, the most it can train on: set job.nodes "
+            "to the largest number of nodes (or leave maxNodes out)",
+        )
+        _check(
+            elastic.min_nodes <= self.nodes,
+            "elastic.minNodes",
+            elastic.min_nodes,
+            f"at most job.nodes ({self.nodes}), the pods the job has",
+        )
+        _check(
+            self.max_restarts == 0,
+            "maxRestarts",
+            self.max_restarts,
+            "with job.elastic, torchrun's restarts are job.elastic.maxRestarts: leave "
+            "job.maxRestarts unset",
+        )
+        return self
 
     @property
     def workers(self) -> int:
@@ -427,6 +493,11 @@ class JobSettings(_Settings):
     def nproc_per_node(self) -> int:
         """One process per GPU; a CPU (gloo) pod still runs one process."""
         return max(self.gpus_per_node, 1)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step over all processes when every pod trains."""
+        return self.batch_size * self.nodes * self.nproc_per_node
 
 
 def _default_namespace(data: dict[str, Any]) -> str:
@@ -570,7 +641,8 @@ def _settings_error(error: ValidationError) -> SettingsError:
         keys = ", ".join(_config_fields(section))
         return _fail(key, first["input"], f"expected an object with keys {keys}")
     if first["type"] == "missing":
-        return _fail(key, None, f"required when {loc[0]} is set; {_allowed(info)}")
+        owner = ".".join(loc[:-1])
+        return _fail(key, None, f"required when {owner} is set; {_allowed(info)}")
     return _fail(key, first["input"], _allowed(info))
 
 
@@ -738,6 +810,10 @@ def _declared_keys() -> Iterator[tuple[str, FieldInfo]]:
         if (section := _object_type(info.annotation)) is None:
             yield key, info
         for field in getattr(section, "__pydantic_fields__", {}).values():
+            if (inner := _object_type(field.annotation)) is not None:  # job.elastic
+                for nested in _config_fields(inner).values():
+                    yield f"{key}.{field.alias}.{nested.alias}", nested
+                continue
             yield (field.alias if field.exclude else f"{key}.{field.alias}"), field
 
 

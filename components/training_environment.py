@@ -87,11 +87,16 @@ class TrainingEnvironment(pulumi.ComponentResource):
         )
         job_dependencies.append(volume)
         job = PyTorchJob(
-            f"{name}-job", settings.job, objects.job, depends_on=job_dependencies, opts=child
+            f"{name}-job",
+            settings.job,
+            objects.job,
+            kube_context=settings.kube_context,
+            depends_on=job_dependencies,
+            opts=child,
         )
 
         names = resource_names(settings)
-        master_pod = f"{names.job}-master-0"  # the operator names pods <job>-<type>-<index>
+        master_pod = names.first_pod
         self.namespace = pulumi.Output.from_input(settings.namespace)
         self.job_name = job.job_name
         self.image_ref = image.image_ref

@@ -3,11 +3,11 @@
 # stack's image.repository) and the Kubeflow training operator. Needs Docker, kind, kubectl and
 # network access (CI has none of these; nothing in `make test` runs this script).
 #
-# Usage: scripts/kind-up.sh   (env: CLUSTER=pytorch-distributed, OPERATOR_REF=v1.8.1)
+# Usage: scripts/kind-up.sh   (env: CLUSTER=pytorch-distributed, OPERATOR_REF=v1.9.4)
 set -euo pipefail
 
 cluster=${CLUSTER:-pytorch-distributed}
-operator_ref=${OPERATOR_REF:-v1.8.1}
+operator_ref=${OPERATOR_REF:-v1.9.4}
 registry=kind-registry
 registry_port=5001
 

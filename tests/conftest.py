@@ -50,10 +50,10 @@ def free_port() -> int:
 def committed_epochs(checkpoint_dir: Path) -> int:
     """Epochs of the newest committed checkpoint, from the trainer's manifest (0 if none)."""
     # Imported here: the policy and program tests share this module and never need torch.
-    from trainer.checkpoint import CheckpointError, read_manifest
+    from trainer.checkpoint import CheckpointError, CheckpointStore
 
     try:
-        entries = read_manifest(checkpoint_dir)
+        entries = CheckpointStore(checkpoint_dir).manifest()
     except CheckpointError:
         return 0
     return max((entry.epochs_completed for entry in entries), default=0)

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -146,6 +147,8 @@ def local_registry(
         subprocess.run(
             [str(REGISTRY_SCRIPT), "stop", str(directory / "registry")], check=False, timeout=60
         )
+        # A pushed base image is 5 GB: pytest keeps its last temporary directories, not this.
+        shutil.rmtree(directory / "registry" / "storage", ignore_errors=True)
 
 
 @contextlib.contextmanager

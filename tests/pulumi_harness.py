@@ -60,6 +60,8 @@ class RegisteredResource:
     dependencies: list[str]
     custom_timeouts: dict[str, str]
     urn: str
+    # The names of the resource hooks bound to it, by step ("after_create": [...]).
+    hooks: dict[str, list[str]] = field(default_factory=dict)
 
     def plain_inputs(self) -> dict[str, Any]:
         """The inputs with secret markers unwrapped (for schema checks; never print these)."""
@@ -211,9 +213,18 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                         if getattr(timeouts, key)
                     },
                     urn=response.urn,
+                    hooks=_hook_names(request.hooks),
                 )
             )
         return response
+
+
+def _hook_names(binding: Any) -> dict[str, list[str]]:
+    return {
+        descriptor.name: list(getattr(binding, descriptor.name))
+        for descriptor in binding.DESCRIPTOR.fields
+        if descriptor.name != "on_error" and list(getattr(binding, descriptor.name))
+    }
 
 
 class _LogRecorder(logging.Handler):

@@ -150,8 +150,9 @@ def replica_env(
     map_value: Callable[[str], str] = str,
 ) -> tuple[dict[str, str], list[str]]:
     """A pod's environment as both backends start it: the pod's hostname, the container's own
-    env, then the operator's (which wins), with the rendezvous moved to ``master_port`` (and
-    ``master_addr`` where the master's pod name does not resolve to it)."""
+    env, then the operator's (which wins), with the rendezvous (the master's, or an elastic
+    job's c10d endpoint) moved to ``master_port`` (and ``master_addr`` where the pod name does
+    not resolve to it)."""
     pod = operator_env.pod_name(job["metadata"]["name"], replica_type, index)
     own, notices = container_env(container, pod=pod, namespace=namespace, map_value=map_value)
     injected = operator_env.injected_env(job, replica_type, index)
@@ -162,6 +163,9 @@ def replica_env(
         for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
             if key in injected:
                 injected[key] = master_addr
+    if "PET_RDZV_ENDPOINT" in injected:
+        host = master_addr or injected["PET_RDZV_ENDPOINT"].rpartition(":")[0]
+        injected["PET_RDZV_ENDPOINT"] = f"{host}:{master_port}"
     return {"HOSTNAME": pod, **own, **injected}, notices
 
 

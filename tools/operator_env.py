@@ -194,6 +194,16 @@ def is_elastic(job: Mapping[str, Any]) -> bool:
     return _elastic(job) is not None
 
 
+def master_role(job: Mapping[str, Any]) -> str:
+    """The replica type whose pod index 0 the operator treats as the master (`IsMasterRole`):
+    the Master, or the first Worker of a job without one (an elastic job)."""
+    return MASTER if MASTER in replica_specs(job) else WORKER
+
+
+def master_role_pod(job: Mapping[str, Any]) -> str:
+    return pod_name(job["metadata"]["name"], master_role(job), 0)
+
+
 def replica_pods(job: Mapping[str, Any]) -> list[tuple[str, int]]:
     """Every (replica type, index) the operator creates a pod for: the master first."""
     specs = replica_specs(job)

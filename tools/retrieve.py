@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from components.job_state import GROUP, PLURAL, START_FAILURES, VERSION
 from components.manifests import (
     CONTAINER_NAME,
     checkpoint_reader_pod_manifest,
@@ -51,9 +52,6 @@ METRICS = "metrics.jsonl"
 # Long enough for a large checkpoint to stream; the pod ends by itself after it regardless.
 DEADLINE_SECONDS = 3600
 START_TIMEOUT_S = 300.0
-# Waiting reasons after which a pod never starts by itself.
-PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
-JOB_API = ("kubeflow.org", "v1", "pytorchjobs")
 
 
 class RetrieveError(Exception):
@@ -104,7 +102,7 @@ class Cluster:
 
     def job(self, name: str) -> dict[str, Any] | None:
         return self.read(
-            self.custom.get_namespaced_custom_object, *JOB_API[:2], self.namespace, JOB_API[2], name
+            self.custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name
         )
 
     def secret_exists(self, name: str) -> bool:
@@ -173,9 +171,9 @@ def _job_image(job: dict[str, Any]) -> str | None:
 
 def manifest_entries(directory: Path) -> list[CheckpointEntry]:
     """The committed checkpoints of a copied manifest, oldest first (the trainer's reader)."""
-    from trainer.checkpoint import read_manifest
+    from trainer.checkpoint import CheckpointStore
 
-    return read_manifest(directory)
+    return CheckpointStore(directory).manifest()
 
 
 def select_entries(
@@ -267,9 +265,9 @@ class ReaderPod:
                 raise RetrieveError(f"reader pod {self.name} ended ({pod.status.phase})")
             for status in pod.status.container_statuses or []:
                 waiting = status.state.waiting if status.state else None
-                if waiting is not None and waiting.reason in PULL_FAILURES:
+                if waiting is not None and waiting.reason in START_FAILURES:
                     raise RetrieveError(
-                        f"reader pod {self.name} cannot pull {status.image}: {waiting.reason}"
+                        f"reader pod {self.name} cannot start ({status.image}): {waiting.reason}"
                         + (f": {waiting.message}" if waiting.message else "")
                     )
             time.sleep(1)

@@ -20,6 +20,13 @@ Deliberate local deviations, all printed at start:
 * MASTER_ADDR/PET_MASTER_ADDR are 127.0.0.1 instead of the `<job>-master-0` service, and
   MASTER_PORT/PET_MASTER_PORT a free local port instead of the container port, so two runs (or a
   busy 23456) never collide;
+* an elastic job's (`job.elastic`) c10d rendezvous PET_RDZV_ENDPOINT is 127.0.0.1 and that free
+  port instead of `<job>-worker-0:23456`; PET_LOCAL_ADDR=127.0.0.1 (torchrun would otherwise
+  give its peers this machine's hostname); and PET_RDZV_CONF says `is_host=1` to worker-0's
+  agent and `is_host=0` to the others (on a cluster each agent compares the endpoint with its
+  own hostname; on loopback every one would match). The agents re-form the group by themselves,
+  so a lost replica is restarted alone, and `<checkpoint-root>/.run_local/<pod>.hold` keeps it
+  pending (a node that is gone) until the file is removed;
 * paths under the image's APP_DIR map to this checkout, the checkpoint claim's mountPath maps to
   `--checkpoint-root` (default `.checkpoints/<stack>/`);
 * GPUs are used only when the machine has enough for every replica; otherwise the job runs on
@@ -55,7 +62,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.manifests import APP_DIR, pytorchjob_manifest
+from components.manifests import APP_DIR, pytorchjob_manifest, resource_names
 from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
 from tools import container_backend, operator_env
 from tools.stack_cli import add_stack_arguments
@@ -252,6 +259,14 @@ def host_environment() -> dict[str, str]:
     return env
 
 
+def elastic_local_env(env: Mapping[str, str], replica_type: str, index: int) -> dict[str, str]:
+    """An elastic pod's rendezvous on loopback: the store on worker-0's agent, the peers'
+    address 127.0.0.1 (see the module docstring)."""
+    hosts = replica_type == operator_env.WORKER and index == 0
+    conf = ",".join(filter(None, [env.get("PET_RDZV_CONF"), f"is_host={int(hosts)}"]))
+    return {**env, "PET_RDZV_CONF": conf, "PET_LOCAL_ADDR": LOCAL_MASTER_ADDR}
+
+
 def replica_commands(
     job: Mapping[str, Any],
     *,
@@ -261,13 +276,7 @@ def replica_commands(
     master_port: int,
     visible_devices: Sequence[str],
 ) -> tuple[list[ReplicaCommand], list[str]]:
-    if operator_env.is_elastic(job):
-        raise LocalRunError(
-            "spec.elasticPolicy: the local runner emulates a static rendezvous only (torchrun "
-            "with a fixed --nnodes and a master address); an elastic job's c10d rendezvous at "
-            f"{operator_env.injected_env(job, operator_env.WORKER, 0)['PET_RDZV_ENDPOINT']} "
-            "and its min:max node range need a cluster"
-        )
+    elastic = operator_env.is_elastic(job)
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
     base = host_environment()
@@ -287,6 +296,8 @@ def replica_commands(
             map_value=mapper,
         )
         notices += skipped
+        if elastic:
+            pod_env = elastic_local_env(pod_env, replica_type, index)
         env = {**base, "CUDA_VISIBLE_DEVICES": visible_devices[slot], **pod_env}
         argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
         cwd = Path(mapper(container.get("workingDir", APP_DIR)))
@@ -302,8 +313,9 @@ def replica_commands(
 def trainer_argv(job: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> list[str]:
     """The trainer's command line in the master pod, with this machine's paths: the container's
     args after entrypoint.sh's own flags (see components.manifests.trainer_args)."""
-    template = _pod_template(job, operator_env.MASTER)
-    container = operator_env.training_container(template, operator_env.MASTER)
+    role = operator_env.master_role(job)
+    template = _pod_template(job, role)
+    container = operator_env.training_container(template, role)
     args = [str(part) for part in container.get("args", [])]
     mapper = path_mapper(template, container, checkpoint_root, repo_root)
     return [mapper(part) for part in args[args.index("--") + 1 if "--" in args else 0 :]]
@@ -323,7 +335,7 @@ def preflight(
     directory. Nothing is created. Raises LocalRunError, one line naming the setting."""
     # Imported here: torch comes with them, and only a run that got this far needs it.
     from trainer.cli import UsageError, parse_config, unusable_directory
-    from trainer.resume import WORLD_SIZE, ResumeRefusedError
+    from trainer.resume import GLOBAL_BATCH, WORLD_SIZE, ResumeRefusedError
     from trainer.resume import preflight as trainer_preflight
 
     root = f"--checkpoint-root = '{checkpoint_root}'"
@@ -361,8 +373,15 @@ def preflight(
         if mismatch.setting == WORLD_SIZE:
             raise LocalRunError(
                 f"job.nodes x job.gpusPerNode = {mismatch.current} processes: the checkpoints "
-                f"in {directory} were written by {mismatch.saved} processes and resume only "
-                f"with as many; {other_ways}"
+                f"in {directory} belong to a run whose global batch of {mismatch.saved} samples "
+                f"per step at most {mismatch.saved} processes can share; {other_ways}"
+            ) from None
+        if mismatch.setting == GLOBAL_BATCH:
+            raise LocalRunError(
+                f"job.batchSize x job.nodes x job.gpusPerNode = {mismatch.current} samples per "
+                f"step, the elastic job's global batch: the checkpoints in {directory} were "
+                f"written with {mismatch.saved} (a checkpoint resumes on any number of nodes, "
+                f"but with its own global batch); {other_ways}"
             ) from None
         if job_key(mismatch.setting) is None:  # the seed, or unknown: the trainer's words
             raise LocalRunError(str(error)) from None
@@ -376,11 +395,12 @@ def preflight(
 
 def job_policy(job: Mapping[str, Any]) -> JobPolicy:
     run_policy = job["spec"].get("runPolicy", {})
-    master = _pod_template(job, operator_env.MASTER)
+    master = _pod_template(job, operator_env.master_role(job))
     grace = float(master["spec"].get("terminationGracePeriodSeconds", 30))
     deadline = run_policy.get("activeDeadlineSeconds")
     return JobPolicy(
-        success_replica=operator_env.pod_name(job["metadata"]["name"], operator_env.MASTER, 0),
+        success_replica=operator_env.master_role_pod(job),
+        elastic=operator_env.is_elastic(job),
         backoff_limit=run_policy.get("backoffLimit"),
         grace_seconds=grace,
         active_deadline_seconds=float(deadline) if deadline is not None else None,
@@ -441,7 +461,7 @@ def print_summary(
             + ", ".join(f"{pod} {count}" for pod, count in outcome.recreations.items())
             + ")"
         )
-    master = operator_env.pod_name(settings.job.name, operator_env.MASTER, 0)
+    master = resource_names(settings).first_pod
     lines = ["", f"job {settings.job.name}: {headline(outcome, info, master)}"]
     if outcome.status == "Failed" and (error := outcome.last_error()) is not None:
         lines.append(f"  last error:       [{error[0]}] {error[1]}")
@@ -519,6 +539,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.checkpoint_root or repo_root / ".checkpoints" / args.stack
         ).resolve()
         job = pytorchjob_manifest(settings, image=args.image if in_containers else LOCAL_IMAGE)
+        if in_containers and operator_env.is_elastic(job):
+            raise LocalRunError(
+                "job.elastic: --backend container runs jobs of a fixed size only; run an "
+                "elastic stack with --backend process (its agents re-form the group on loopback)"
+            )
         if in_containers:
             commands, notices = container_commands(
                 job,
@@ -554,8 +579,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for notice in [device_notice, *notices]:
         if notice:
             supervisor.say(notice)
-    master_pod = operator_env.pod_name(settings.job.name, operator_env.MASTER, 0)
-    if in_containers:
+    master_pod = operator_env.master_role_pod(job)
+    if operator_env.is_elastic(job):
+        policy = job["spec"]["elasticPolicy"]
+        rendezvous = (
+            f"{policy['rdzvBackend']} rendezvous {LOCAL_MASTER_ADDR}:{master_port} on "
+            f"{master_pod}'s agent (local stand-in for {master_pod}:"
+            f"{operator_env.replica_port(job, operator_env.WORKER)}), elastic between "
+            f"{policy['minReplicas']} and {policy['maxReplicas']} nodes"
+        )
+    elif in_containers:
         write_container_names(commands, pid_dir)
         rendezvous = (
             f"rendezvous {master_pod}:{master_port} (the containers share the host's network; "

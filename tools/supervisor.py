@@ -16,6 +16,12 @@ What the training operator and the kubelet do on a cluster, done here for local 
   activeDeadlineSeconds bounds them); any other non-zero code fails the job at once;
 * the job succeeds when the success replica (the master) exits 0; the others get a little time
   to finish (they normally end with it), then are stopped like a deleted pod;
+* an elastic job (`JobPolicy.elastic`, the operator's elasticPolicy) has no group to re-form:
+  its torchrun agents re-rendezvous by themselves, so a failed replica is restarted alone while
+  its peers go on, and the job succeeds when any replica succeeds (the operator's rule for a
+  job of Workers only);
+* a replica to be restarted stays pending while `<pid_dir>/<pod>.hold` exists, as a pod with no
+  node to run on does (how a test or a user takes a node away for a while);
 * SIGINT/SIGTERM are forwarded as SIGTERM to every replica (what a pod deletion sends), SIGKILL
   follows after terminationGracePeriodSeconds or on a second signal;
 * nothing outlives the run: when a replica's main process exits, everything carrying its
@@ -45,6 +51,8 @@ from tools import procs
 
 # Every process a replica starts inherits this variable; see tools.procs.tagged.
 REPLICA_TAG = "RUN_LOCAL_REPLICA"
+# `<pid_dir>/<pod>.hold`: while it exists, that pod is not restarted (no node for it).
+HOLD_SUFFIX = ".hold"
 PATIENCE_SECONDS = 30.0
 # Each replica starts through this exec shim, which asks the kernel to SIGTERM it when the
 # supervisor dies (PR_SET_PDEATHSIG survives exec): even a runner killed with SIGKILL leaves no
@@ -96,6 +104,8 @@ class JobPolicy:
     # How long a failed replica's peers may keep running before they are stopped so the group
     # can re-form (they normally fail by themselves within seconds: their collectives break).
     peer_exit_grace_seconds: float = 30.0
+    # An elastic job: restarts do not wait for the peers, any replica's success is the job's.
+    elastic: bool = False
 
 
 @dataclass
@@ -131,6 +141,7 @@ class _Replica:
     sessions: list[int] = field(default_factory=list)
     stopped_for_regroup: bool = False
     exit_code: int | None = None
+    held: bool = False  # said once that it is pending on its hold file
 
 
 def container_exit_code(returncode: int) -> int:
@@ -276,7 +287,7 @@ class Supervisor:
         if code == 0:
             replica.state = "succeeded"
             self.say(f"{name} succeeded")
-            if name == self._policy.success_replica:
+            if name == self._policy.success_replica or self._policy.elastic:
                 return self._outcome("Succeeded", f"{name} succeeded", 0)
             return None
         policy = replica.command.restart_policy
@@ -336,6 +347,8 @@ class Supervisor:
         return None
 
     def _wait_for_peers(self, name: str) -> None:
+        if self._policy.elastic:
+            return  # the agents re-form the group themselves, with the peers still running
         peers = self._running()
         if peers:
             if self._regroup_stop_at is None:
@@ -354,7 +367,7 @@ class Supervisor:
         hides the race; here the restart simply waits for them, and stops peers that linger.
         """
         waiting = [r for r in self._replicas if r.state == "waiting"]
-        if not waiting:
+        if not waiting or any(self._held(r) for r in waiting):
             return
         now = time.monotonic()
         running = self._running()
@@ -376,6 +389,29 @@ class Supervisor:
         if all(now >= r.restart_at for r in waiting):
             for replica in waiting:
                 self.say(f"restarting {replica.command.name}")
+                self._start(replica)
+
+    def _held(self, replica: _Replica) -> bool:
+        """True while the replica's hold file exists: its pod is pending, with no node to run on."""
+        name = replica.command.name
+        hold = self._pid_dir / f"{name}{HOLD_SUFFIX}" if self._pid_dir is not None else None
+        if hold is None or not hold.exists():
+            if replica.held:
+                replica.held = False
+                self.say(f"{name}: {hold} is gone, the pod can start")
+            return False
+        if not replica.held:
+            replica.held = True
+            self.say(f"{name} stays pending while {hold} exists (no node for it)")
+        return True
+
+    def _restart_elastic(self) -> None:
+        """An elastic job: each waiting replica starts when its delay is over and it is not held;
+        its agent joins the running group's next rendezvous."""
+        now = time.monotonic()
+        for replica in self._replicas:
+            if replica.state == "waiting" and now >= replica.restart_at and not self._held(replica):
+                self.say(f"restarting {replica.command.name}; it joins the next rendezvous")
                 self._start(replica)
 
     def _outcome(
@@ -488,7 +524,10 @@ class Supervisor:
                 if outcome is not None:
                     self._stop_all(patient=outcome.status == "Succeeded")
                     return outcome
-            self._regroup()
+            if self._policy.elastic:
+                self._restart_elastic()
+            else:
+                self._regroup()
             time.sleep(0.1)
 
     def run(self) -> JobOutcome:

@@ -1,15 +1,16 @@
 """Where and when a checkpoint is committed: inline, by a writer process, or by a writer
 thread, whichever stalls the training loop less. The commit itself (file, manifest, snapshot,
 retention) is the store's (:class:`trainer.checkpoint.CheckpointStore`); this module owns only
-the machinery around it: the writer process and its pipe, the shared-memory staging buffers,
-the thread fallback, and the policy that picks between them. Either way the loop never waits
-longer than a synchronous save.
+the machinery around it: the writer process and its pipe, the staging buffers it reads
+(``trainer.staging``), the thread fallback, and the policy that picks between them. Either way
+the loop never waits longer than a synchronous save.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing.spawn
 import os
 import signal
 import threading
@@ -17,134 +18,31 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.multiprocessing
 
 from trainer.checkpoint import CheckpointEntry, CheckpointError, CheckpointStore
+from trainer.staging import (
+    STAGING_THREADS,
+    copy_in_parallel,
+    copy_to_cpu,
+    move_to_shared_memory,
+    state_bytes,
+)
 
 # The write policy's two knobs (see CheckpointWriter). A state this large is handed to a writer
 # process from the first save; below it, a save is written inline until one inline write takes
 # longer than INLINE_BUDGET_S, measured.
 BACKGROUND_MIN_BYTES = 64 << 20
 INLINE_BUDGET_S = 0.25
-# Staging copies are split into pieces of this size for the copy threads, at most
-# STAGING_THREADS of them (fewer where this process may use fewer cores).
-STAGING_PIECE_BYTES = 32 << 20
-STAGING_THREADS = 4
 
 LOG = logging.getLogger("trainer")
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-def copy_to_cpu(
-    value: Any,
-    reuse: Any = None,
-    *,
-    shared: bool = False,
-    deferred: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-) -> Any:
-    """A private CPU copy, so training can keep mutating its tensors while a thread writes.
-
-    ``reuse`` is the previous copy (already committed): tensors of the same shape and dtype are
-    copied into it instead of freshly allocated, which avoids page-faulting a large new buffer
-    on every checkpoint and keeps the training loop's stall to a memcpy. ``shared`` allocates
-    new buffers in shared memory, so a writer process can read them without another copy.
-    ``deferred``: copies into reused buffers are appended there (destination, source) instead
-    of run, so the caller can run them in parallel (:func:`copy_in_parallel`)."""
-    if isinstance(value, torch.Tensor):
-        source = value.detach()
-        if (
-            isinstance(reuse, torch.Tensor)
-            and reuse.shape == source.shape
-            and reuse.dtype == source.dtype
-            and reuse.device.type == "cpu"
-        ):
-            if deferred is None:
-                return reuse.copy_(source)
-            deferred.append((reuse, source))
-            return reuse
-        if not shared:
-            return source.to("cpu", copy=True)
-        return _shared_empty(source).copy_(source)
-    if isinstance(value, dict):
-        old = reuse if isinstance(reuse, dict) else {}
-        return {
-            key: copy_to_cpu(item, old.get(key), shared=shared, deferred=deferred)
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        old_items = list(reuse) if isinstance(reuse, list | tuple) else []
-        old_items += [None] * (len(value) - len(old_items))
-        copied = [
-            copy_to_cpu(item, old, shared=shared, deferred=deferred)
-            for item, old in zip(value, old_items, strict=False)
-        ]
-        return copied if isinstance(value, list) else tuple(copied)
-    return value
-
-
-def copy_in_parallel(
-    copies: list[tuple[torch.Tensor, torch.Tensor]], pool: ThreadPoolExecutor | None
-) -> None:
-    """Run (destination, source) copies, large ones split into pieces spread over ``pool``'s
-    threads (``Tensor.copy_`` releases the GIL). One core's memcpy does not saturate memory
-    bandwidth, and while rank 0 stages, the other ranks wait for it in their next collective,
-    so the cores this uses are idle anyway."""
-    if pool is None:
-        for destination, source in copies:
-            destination.copy_(source)
-        return
-    pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for destination, source in copies:
-        if not (destination.is_contiguous() and source.is_contiguous()):
-            pieces.append((destination, source))
-            continue
-        flat_destination, flat_source = destination.view(-1), source.view(-1)
-        step = max(STAGING_PIECE_BYTES // destination.element_size(), 1)
-        for start in range(0, destination.numel(), step):
-            length = min(step, destination.numel() - start)
-            pieces.append(
-                (flat_destination.narrow(0, start, length), flat_source.narrow(0, start, length))
-            )
-    for _ in pool.map(lambda piece: piece[0].copy_(piece[1]), pieces):
-        pass
-
-
-def _shared_empty(like: torch.Tensor) -> torch.Tensor:
-    """An uninitialised shared-memory tensor shaped like ``like``, allocated in shared memory
-    directly: ``empty().share_memory_()`` allocates private memory, faults it in and copies
-    it into a shared segment, three passes over a buffer the caller overwrites anyway."""
-    nbytes = like.nelement() * like.element_size()
-    try:
-        storage = torch.UntypedStorage._new_shared(nbytes)
-    except (AttributeError, TypeError):  # a torch without the private constructor
-        return torch.empty(like.shape, dtype=like.dtype, device="cpu").share_memory_()
-    return torch.empty(0, dtype=like.dtype).set_(storage, 0, like.shape)
-
-
-def _share(value: Any) -> None:
-    """Move every tensor of a snapshot into shared memory (a no-op once it is there)."""
-    if isinstance(value, torch.Tensor):
-        value.share_memory_()
-    elif isinstance(value, dict):
-        for item in value.values():
-            _share(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _share(item)
-
-
-def state_bytes(value: Any) -> int:
-    """Bytes of tensor data in a (nested) state: what a save copies and writes."""
-    if isinstance(value, torch.Tensor):
-        return value.nelement() * value.element_size()
-    if isinstance(value, dict):
-        return sum(state_bytes(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return sum(state_bytes(item) for item in value)
-    return 0
+# Starts the writer's interpreter with SIGINT and SIGTERM ignored (see _start_writer).
+WRITER_PYTHON = Path(__file__).with_name("writer-python.sh")
+WRITER_PYTHON_VARIABLE = "TRAINER_WRITER_PYTHON"
 
 
 def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
@@ -156,9 +54,8 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
     closed while a message of ours was still unread in it (a trainer that never asked
     whether we were ready, then closed) reaches us as a reset rather than an end of file; it
     means the same: nobody will send another snapshot."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored since its start (_start_writer)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked since its start
     # Hashing and serialising compete with the training loop for the same cores; the loop's
     # step time is what the job pays for, so the writer yields the CPU whenever both want it.
     with contextlib.suppress(OSError):
@@ -334,7 +231,7 @@ class CheckpointWriter:
             )
             copy_in_parallel(copies, self._copy_pool)
             if self._use_process:
-                _share(snapshot)
+                move_to_shared_memory(snapshot)
         except (OSError, RuntimeError) as error:  # e.g. a tiny /dev/shm in a bare container
             LOG.warning("no shared memory for checkpoints (%s): writing from a thread", error)
             self._abandon_writer()
@@ -354,11 +251,12 @@ class CheckpointWriter:
             daemon=True,
         )
         # Only a started writer is remembered: if start() fails, the thread fallback takes
-        # over and close() must not wait on a process that never ran. The writer starts with
-        # SIGINT/SIGTERM blocked (a signal mask survives exec) until it ignores them: it shares
-        # the trainer's process group, which torchrun signals as a whole, and would otherwise
-        # die of a stop signal during its imports. Here they stay pending, not lost.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        # over and close() must not wait on a process that never ran. The interpreter is
+        # started through writer-python.sh, which ignores SIGINT/SIGTERM before it execs it
+        # (spawn's own start keeps neither a handler nor a signal mask here).
+        previous = multiprocessing.spawn.get_executable()
+        os.environ[WRITER_PYTHON_VARIABLE] = os.fsdecode(previous)
+        multiprocessing.spawn.set_executable(str(WRITER_PYTHON))
         try:
             process.start()
         except (OSError, RuntimeError) as error:
@@ -367,7 +265,7 @@ class CheckpointWriter:
             parent.close()
             return
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            multiprocessing.spawn.set_executable(previous)
             child.close()
         self._conn, self._process = parent, process
 

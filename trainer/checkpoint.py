@@ -1,8 +1,11 @@
-"""The checkpoint store: what is on disk and how it gets there safely. Atomic commit, a
-manifest with checksums, keep-K retention, verification with fallback to the previous
-checkpoint, and the inspection command. No process or thread of its own: the trainer's
-writer (``trainer.async_writer``) decides *when and where* a commit runs, this module is
-*what* a commit and a read are, so both stay testable without the other.
+"""The checkpoint store: what is on disk, how it gets there safely and how it is read back.
+Atomic commit, a manifest with checksums, keep-K retention, verification with fallback to the
+previous checkpoint, setting corrupt files aside, and the inspection command. No process or
+thread of its own: the trainer's writer (``trainer.async_writer``) decides *when and where* a
+commit runs, the resume decision (``trainer.resume``) *which* checkpoint to continue from; this
+module is *what* a commit and a read are, so each stays testable without the others. How a
+single file reaches the disk durably (temporary file, O_DIRECT, fsync, rename) is
+``trainer.durable_file``.
 
 Layout of a checkpoint directory::
 
@@ -21,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -31,16 +32,21 @@ import os
 import shutil
 import sys
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy
 import torch
 
 from trainer.checkpoint_schema import FORMAT_VERSION, CheckpointError, TrainingCheckpoint
+from trainer.durable_file import (
+    TEMPORARY_GLOB,
+    fsync_directory,
+    storages_aligned_for_direct_io,
+    temporary_name,
+    write_atomically,
+)
 
 MANIFEST_NAME = "manifest.json"
 SNAPSHOT_NAME = "snapshot.pt"
@@ -55,6 +61,8 @@ LOG = logging.getLogger("trainer")
 
 @dataclass(frozen=True)
 class CheckpointEntry:
+    """One committed checkpoint in the manifest: what a resume can judge without the file."""
+
     file: str
     sha256: str
     size: int
@@ -63,10 +71,18 @@ class CheckpointEntry:
     world_size: int
     fingerprint: str
     format_version: int = FORMAT_VERSION
+    global_batch: int | None = None  # None in manifests of version 1 checkpoints
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> CheckpointEntry:
-        return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+        """Keys with a default may be missing (manifests written before they existed)."""
+        return cls(
+            **{
+                name: raw[name]
+                for name, spec in cls.__dataclass_fields__.items()
+                if name in raw or spec.default is MISSING
+            }
+        )
 
 
 def checkpoint_name(epochs_completed: int, step_in_epoch: int) -> str:
@@ -82,197 +98,6 @@ def model_sha256(state: Mapping[str, torch.Tensor]) -> str:
         # The numpy view is hashed in place: no copy, and hashlib releases the GIL meanwhile.
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable. Some shared-volume drivers (FUSE-backed ReadWriteMany claims)
-    refuse fsync on a directory; the rename has happened by then, so that is not a failed
-    checkpoint, only one whose durability rests on the driver."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
-    finally:
-        os.close(fd)
-
-
-# Direct I/O (O_DIRECT) moves data in whole blocks from block-aligned memory at block-aligned
-# offsets; 4 KiB covers the logical block size of the disks and network volumes in use. The
-# bounce buffer is a few MiB so each write is one large request.
-_DIRECT_ALIGN = 4096
-_DIRECT_CHUNK = 8 << 20
-
-
-class _ChecksummedFile:
-    """The file object ``torch.save`` writes into: hashes and counts the bytes on their way to
-    disk, which saves reading the file back for its sha256.
-
-    With ``direct`` the bytes go to the device with O_DIRECT, bypassing the page cache. That is
-    for the background writer: a buffered write of a large state has the kernel allocate
-    page-cache pages and later write them back, work done in kernel threads at normal priority
-    on any core, the training loop's included, whereas a direct write is paid by the (niced)
-    writer itself and leaves no dirty pages behind. Tensor data that starts block-aligned in
-    memory and in the file (see :func:`_storages_aligned_for_direct_io`) goes to the device
-    straight from where it lies; everything else through an aligned bounce buffer. A
-    filesystem that refuses O_DIRECT (tmpfs, some FUSE volumes) gets buffered writes."""
-
-    def __init__(self, fd: int, *, direct: bool) -> None:
-        self._fd = fd
-        self.direct = direct
-        self.digest = hashlib.sha256()
-        self.size = 0
-        self._bounce: mmap.mmap | None = mmap.mmap(-1, _DIRECT_CHUNK) if direct else None
-        self._filled = 0  # bytes waiting in the bounce buffer
-        self._written = 0  # bytes on disk so far (a multiple of the block size until finish)
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        total = len(view)
-        self.size += total
-        if self._bounce is None:
-            self.digest.update(view)  # hashlib releases the GIL for large buffers
-            _write_all(self._fd, view)
-            return total
-        if self._aligned_in_memory_and_file(view):
-            if self._filled:
-                self._drain()  # whole blocks: it ends where this data starts, block-aligned
-            whole = total - total % _DIRECT_ALIGN
-            self.digest.update(view[:whole])
-            self._write(view[:whole])
-            view = view[whole:]
-        while view:
-            take = min(len(view), _DIRECT_CHUNK - self._filled)
-            self._bounce[self._filled : self._filled + take] = view[:take]
-            # Hashed from the bounce buffer, while the chunk is still in cache.
-            with memoryview(self._bounce) as bounce:
-                self.digest.update(bounce[self._filled : self._filled + take])
-            self._filled += take
-            view = view[take:]
-            if self._filled == _DIRECT_CHUNK:
-                self._drain()
-        return total
-
-    def flush(self) -> None:
-        """Nothing is buffered but the bounce buffer, which only ``finish`` may write short."""
-
-    def finish(self) -> None:
-        """Write what the bounce buffer holds, padded to a whole block, then cut the padding."""
-        if self._bounce is None:
-            return
-        if self._filled:
-            self._drain()
-            os.ftruncate(self._fd, self.size)
-        self._bounce.close()
-        self._bounce = None
-
-    def _aligned_in_memory_and_file(self, view: memoryview) -> bool:
-        if len(view) < _DIRECT_CHUNK or (self._written + self._filled) % _DIRECT_ALIGN:
-            return False
-        return numpy.frombuffer(view, dtype=numpy.uint8).ctypes.data % _DIRECT_ALIGN == 0
-
-    def _drain(self) -> None:
-        assert self._bounce is not None
-        length = -(-self._filled // _DIRECT_ALIGN) * _DIRECT_ALIGN
-        with memoryview(self._bounce) as bounce:
-            self._write(bounce[:length])
-        self._filled = 0
-
-    def _write(self, blocks: memoryview) -> None:
-        try:
-            _write_all(self._fd, blocks)
-        except OSError as error:
-            if error.errno != errno.EINVAL or not self.direct:
-                raise
-            # Accepted at open, refused at write (some FUSE volumes): go on buffered. The
-            # failed call wrote nothing, so the offset is unchanged.
-            LOG.debug("O_DIRECT refused by the volume (%s): writing through the cache", error)
-            self.direct = False
-            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-            fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
-            _write_all(self._fd, blocks)
-        self._written += len(blocks)
-
-
-def _storages_aligned_for_direct_io() -> contextlib.AbstractContextManager[Any]:
-    """``torch.save`` pads the zip so each tensor's bytes start at a multiple of this (64 by
-    default); at the block size, tensors in (page-aligned) shared memory go to the device with
-    no copy. Any alignment loads the same; torch before 2.6 has no such setting."""
-    try:
-        from torch.utils.serialization import config
-    except ImportError:
-        return contextlib.nullcontext()
-    return config.patch({"save.storage_alignment": _DIRECT_ALIGN})
-
-
-def _write_all(fd: int, view: memoryview) -> None:
-    written = 0
-    while written < len(view):
-        written += os.write(fd, view[written:])
-
-
-def _open_temporary(path: Path, *, direct: bool) -> tuple[int, bool]:
-    """A new file for writing, with O_DIRECT if asked and the filesystem takes it."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-    if direct and hasattr(os, "O_DIRECT"):
-        try:
-            return os.open(path, flags | os.O_DIRECT, 0o666), True
-        except OSError as error:
-            if error.errno != errno.EINVAL:
-                raise
-            LOG.debug("O_DIRECT refused by %s (%s): writing through the cache", path.parent, error)
-    return os.open(path, flags, 0o666), False
-
-
-def _write_bytes_atomically(
-    target: Path,
-    write: Callable[[_ChecksummedFile], None],
-    delay_s: float = 0.0,
-    *,
-    direct: bool = False,
-) -> _ChecksummedFile:
-    """Write ``target`` through a temporary file, fsync, rename, fsync the directory. Returns
-    the file object, which knows the sha256 and size of what was written."""
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        fd, direct = _open_temporary(temporary, direct=direct)
-        try:
-            file = _ChecksummedFile(fd, direct=direct)
-            write(file)
-            file.finish()
-            if delay_s > 0:
-                time.sleep(delay_s)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        temporary.replace(target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-    _fsync_dir(target.parent)
-    return file
-
-
-def read_manifest(directory: Path) -> list[CheckpointEntry]:
-    path = directory / MANIFEST_NAME
-    if not path.exists():
-        return []
-    try:
-        raw = json.loads(path.read_text())
-        return [CheckpointEntry.from_json(item) for item in raw["checkpoints"]]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise CheckpointError(f"manifest {path} is unreadable: {error}") from error
-
-
-def _write_manifest(directory: Path, entries: Sequence[CheckpointEntry]) -> None:
-    payload = {
-        "format_version": FORMAT_VERSION,
-        "checkpoints": [asdict(entry) for entry in entries],
-    }
-    encoded = (json.dumps(payload, indent=2) + "\n").encode()
-    _write_bytes_atomically(directory / MANIFEST_NAME, lambda file: file.write(encoded))
 
 
 def load_checkpoint(path: Path, *, mmap: bool = False) -> TrainingCheckpoint:
@@ -293,7 +118,7 @@ def _sha256_of(data: Any) -> str:
     return digest.hexdigest()
 
 
-def read_verified(
+def _read_verified(
     path: Path, sha256: str | None, size: int | None
 ) -> tuple[TrainingCheckpoint, str]:
     """Read ``path`` once; check size and sha256 over exactly the bytes that are deserialised.
@@ -346,6 +171,8 @@ def read_verified(
 
 @dataclass(frozen=True)
 class Resumable:
+    """The newest checkpoint that verified, read: what a resume continues from."""
+
     entry: CheckpointEntry
     path: Path
     checkpoint: TrainingCheckpoint
@@ -353,73 +180,103 @@ class Resumable:
     skipped_entries: tuple[CheckpointEntry, ...] = ()
 
 
-def find_resumable(directory: Path) -> Resumable | None:
-    """Newest checkpoint that verifies; None when nothing was ever committed. Raises
-    CheckpointError when checkpoints exist but none is usable, rather than silently starting
-    over and later deleting them."""
-    entries = read_manifest(directory)
-    skipped: list[str] = []
-    bad: list[CheckpointEntry] = []
-    for entry in reversed(entries):
-        try:
-            checkpoint, _ = read_verified(directory / entry.file, entry.sha256, entry.size)
-        except CheckpointError as error:
-            skipped.append(str(error))
-            bad.append(entry)
-            LOG.warning("checkpoint unusable, falling back to the previous one: %s", error)
-            continue
-        return Resumable(entry, directory / entry.file, checkpoint, tuple(skipped), tuple(bad))
-    if entries:
-        raise CheckpointError(
-            f"no usable checkpoint in {directory}: " + "; ".join(skipped) + ". Move the "
-            "directory aside (or pass another --checkpoint-dir) to start from scratch."
-        )
-    return None
-
-
-def set_aside_skipped(directory: Path, found: Resumable) -> list[Path]:
-    """After a fallback: drop the entries that failed verification from the manifest and move
-    their files to DIR/rejected/ (kept for a post-mortem, never deleted by us). Without this,
-    retention counts the corrupt entries as kept checkpoints and may delete the good one the
-    run resumed from. The manifest is rewritten first (the commit point), so a kill between
-    the two steps leaves at worst a stray file in DIR, never a manifest naming a moved file."""
-    if not found.skipped_entries:
-        return []
-    bad = {entry.file for entry in found.skipped_entries}
-    _write_manifest(directory, [e for e in read_manifest(directory) if e.file not in bad])
-    point_snapshot_at(directory, found.path)
-    rejected = directory / REJECTED_DIR
-    rejected.mkdir(exist_ok=True)
-    moved: list[Path] = []
-    for name in sorted(bad):
-        source = directory / name
-        if source.exists():
-            target = rejected / name
-            source.replace(target)
-            moved.append(target)
-    _fsync_dir(directory)
-    return moved
-
-
-def remove_stale_temporaries(directory: Path) -> None:
-    """Temp files left by a killed write are garbage by construction (never in the manifest)."""
-    for stale in directory.glob(".*.tmp-*"):
-        with contextlib.suppress(OSError):
-            stale.unlink()
-
-
 @dataclass(frozen=True)
 class CheckpointStore:
-    """One run's checkpoint directory, as the writer sees it: where commits go and how many are
-    kept. Plain and picklable, so the writer process receives it whole."""
+    """One checkpoint directory: what is committed there and how a checkpoint gets in or out.
+
+    Writing: :meth:`commit` (file, manifest, snapshot link, retention of ``keep``). Reading:
+    :meth:`manifest`, :meth:`find_resumable` (newest verified, with fallback), :meth:`read_file`
+    (one file, verified against the manifest when listed there), and the repairs a resume
+    makes (:meth:`set_aside`, :meth:`remove_stale_temporaries`). Plain and picklable, so the
+    writer process receives it whole; ``keep`` matters only to commits."""
 
     directory: Path
-    keep: int
+    keep: int = 2
     write_delay_s: float = 0.0  # see WRITE_DELAY_ENV
 
     def __post_init__(self) -> None:
         if self.keep < 2:
             raise ValueError(f"keep must be >= 2 so a fallback exists, got {self.keep}")
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def manifest(self) -> list[CheckpointEntry]:
+        """The committed checkpoints, oldest first (empty when nothing was ever committed)."""
+        path = self.directory / MANIFEST_NAME
+        if not path.exists():
+            return []
+        try:
+            raw = json.loads(path.read_text())
+            return [CheckpointEntry.from_json(item) for item in raw["checkpoints"]]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise CheckpointError(f"manifest {path} is unreadable: {error}") from error
+
+    def find_resumable(self) -> Resumable | None:
+        """Newest checkpoint that verifies; None when nothing was ever committed. Raises
+        CheckpointError when checkpoints exist but none is usable, rather than silently
+        starting over and later deleting them."""
+        entries = self.manifest()
+        skipped: list[str] = []
+        bad: list[CheckpointEntry] = []
+        for entry in reversed(entries):
+            path = self.directory / entry.file
+            try:
+                checkpoint, _ = _read_verified(path, entry.sha256, entry.size)
+            except CheckpointError as error:
+                skipped.append(str(error))
+                bad.append(entry)
+                LOG.warning("checkpoint unusable, falling back to the previous one: %s", error)
+                continue
+            return Resumable(entry, path, checkpoint, tuple(skipped), tuple(bad))
+        if entries:
+            raise CheckpointError(
+                f"no usable checkpoint in {self.directory}: " + "; ".join(skipped) + ". Move "
+                "the directory aside (or pass another --checkpoint-dir) to start from scratch."
+            )
+        return None
+
+    def read_file(self, name: str) -> tuple[TrainingCheckpoint, str]:
+        """DIR/``name`` read once and verified: against its manifest entry when it is listed
+        (a committed checkpoint), else only loadable (a file copied here by hand). Returns the
+        state and its sha256."""
+        listed = {entry.file: entry for entry in self.manifest()}
+        entry = listed.get(name)
+        sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
+        return _read_verified(self.directory / name, sha256, size)
+
+    # -- repairs a resume makes ---------------------------------------------------------------
+
+    def set_aside(self, found: Resumable) -> list[Path]:
+        """After a fallback: drop the entries that failed verification from the manifest and
+        move their files to DIR/rejected/ (kept for a post-mortem, never deleted by us).
+        Without this, retention counts the corrupt entries as kept checkpoints and may delete
+        the good one the run resumed from. The manifest is rewritten first (the commit point),
+        so a kill between the two steps leaves at worst a stray file in DIR, never a manifest
+        naming a moved file."""
+        if not found.skipped_entries:
+            return []
+        bad = {entry.file for entry in found.skipped_entries}
+        self._write_manifest([e for e in self.manifest() if e.file not in bad])
+        self._point_snapshot_at(found.path)
+        rejected = self.directory / REJECTED_DIR
+        rejected.mkdir(exist_ok=True)
+        moved: list[Path] = []
+        for name in sorted(bad):
+            source = self.directory / name
+            if source.exists():
+                target = rejected / name
+                source.replace(target)
+                moved.append(target)
+        fsync_directory(self.directory)
+        return moved
+
+    def remove_stale_temporaries(self) -> None:
+        """Temp files left by a killed write are garbage by construction (never committed)."""
+        for stale in self.directory.glob(TEMPORARY_GLOB):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+    # -- writing ------------------------------------------------------------------------------
 
     def commit(
         self, state: Mapping[str, Any], epochs: int, step: int, *, direct_io: bool = False
@@ -427,12 +284,12 @@ class CheckpointStore:
         """Write, verify-able and atomically: file, then manifest (the commit), then snapshot
         link, then retention. Safe to kill at any point. ``state`` is
         :meth:`TrainingCheckpoint.to_state`'s dictionary (or a staged copy of it).
-        ``direct_io``: write the file past the page cache (see :class:`_ChecksummedFile`)."""
+        ``direct_io``: write the file past the page cache (see ``ChecksummedFile``)."""
         checkpoint = TrainingCheckpoint.from_state(state, "the state to commit")
         name = checkpoint_name(epochs, step)
         target = self.directory / name
-        with _storages_aligned_for_direct_io() if direct_io else contextlib.nullcontext():
-            written = _write_bytes_atomically(
+        with storages_aligned_for_direct_io() if direct_io else contextlib.nullcontext():
+            written = write_atomically(
                 target, lambda file: torch.save(state, file), self.write_delay_s, direct=direct_io
             )
         entry = CheckpointEntry(
@@ -443,11 +300,12 @@ class CheckpointStore:
             step_in_epoch=step,
             world_size=checkpoint.world_size,
             fingerprint=checkpoint.config_fingerprint,
+            global_batch=checkpoint.run_global_batch(),
         )
-        previous = [item for item in read_manifest(self.directory) if item.file != name]
+        previous = [item for item in self.manifest() if item.file != name]
         kept = [*previous, entry][-self.keep :]
-        _write_manifest(self.directory, kept)  # the commit point
-        point_snapshot_at(self.directory, target)
+        self._write_manifest(kept)  # the commit point
+        self._point_snapshot_at(target)
         kept_files = {item.file for item in kept}
         for old in previous:
             if old.file not in kept_files:
@@ -455,22 +313,29 @@ class CheckpointStore:
                     (self.directory / old.file).unlink()
         return entry
 
+    def _write_manifest(self, entries: Sequence[CheckpointEntry]) -> None:
+        payload = {
+            "format_version": FORMAT_VERSION,
+            "checkpoints": [asdict(entry) for entry in entries],
+        }
+        encoded = (json.dumps(payload, indent=2) + "\n").encode()
+        write_atomically(self.directory / MANIFEST_NAME, lambda file: file.write(encoded))
 
-def point_snapshot_at(directory: Path, target: Path) -> None:
-    """Keep DIR/snapshot.pt (what the tutorial reads) equal to the newest checkpoint. A hard
-    link costs no I/O; filesystems without links get an atomic copy instead."""
-    snapshot = directory / SNAPSHOT_NAME
-    temporary = directory / f".{SNAPSHOT_NAME}.tmp-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        temporary.unlink()
-    try:
-        os.link(target, temporary)
-    except OSError:
-        shutil.copyfile(target, temporary)
-        with temporary.open("rb+") as handle:
-            os.fsync(handle.fileno())
-    temporary.replace(snapshot)
-    _fsync_dir(directory)
+    def _point_snapshot_at(self, target: Path) -> None:
+        """Keep DIR/snapshot.pt (what the tutorial reads) equal to the newest checkpoint. A
+        hard link costs no I/O; filesystems without links get an atomic copy instead."""
+        snapshot = self.directory / SNAPSHOT_NAME
+        temporary = temporary_name(snapshot)
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        try:
+            os.link(target, temporary)
+        except OSError:
+            shutil.copyfile(target, temporary)
+            with temporary.open("rb+") as handle:
+                os.fsync(handle.fileno())
+        temporary.replace(snapshot)
+        fsync_directory(self.directory)
 
 
 def describe(directory: Path) -> dict[str, Any]:
@@ -479,7 +344,7 @@ def describe(directory: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory")
-    found = find_resumable(directory)
+    found = CheckpointStore(directory).find_resumable()
     if found is None:
         raise CheckpointError(f"no committed checkpoint in {directory} (no {MANIFEST_NAME})")
     checkpoint = found.checkpoint
@@ -487,6 +352,8 @@ def describe(directory: Path) -> dict[str, Any]:
         "path": str(found.path),
         "epochs_completed": checkpoint.epochs_run,
         "step_in_epoch": found.entry.step_in_epoch,
+        "epoch_position": checkpoint.epoch_position,
+        "global_batch": checkpoint.run_global_batch(),
         "world_size": checkpoint.world_size,
         "model_sha256": model_sha256(checkpoint.model_state),
         "sha256": found.entry.sha256,

@@ -5,12 +5,17 @@ A checkpoint is a plain dictionary on disk (``torch.save``), so that the tutoria
 in the trainer, the inspection command, the bench and the tests builds and reads it through
 :class:`TrainingCheckpoint`, so a key can neither be misspelled nor written without being read.
 
-Compatibility: files written by earlier trainers load unchanged (same keys, same
-:data:`FORMAT_VERSION`). Those carry a ``DATA_STATE`` entry (seed, epoch, step, steps per
-epoch) that this trainer ignores and no longer writes: the data order is a pure function of
-(seed, epoch, rank, world size) (see ``trainer.data``), the seed is guarded by
-``CONFIG_FINGERPRINT``, the world size by ``WORLD_SIZE``, the epoch by ``EPOCHS_RUN`` and the
-step in the epoch by the manifest, so it could only ever repeat them.
+Where a checkpoint stands in the data: ``EPOCHS_RUN`` epochs done, and ``EPOCH_POSITION``
+samples of the next one, in the epoch's sample order, which does not depend on the world size
+(``trainer.data``), taken ``GLOBAL_BATCH`` at a time. That is all a resume on any number of
+ranks needs; the manifest's step in the epoch is ``EPOCH_POSITION / GLOBAL_BATCH``.
+
+Compatibility: files written by earlier trainers load unchanged. Version 1 files lack
+``GLOBAL_BATCH`` and ``EPOCH_POSITION``: their global batch was the per-rank batch (``CONFIG``)
+times ``WORLD_SIZE``, their position the manifest's step times that. Some carry a ``DATA_STATE``
+entry (seed, epoch, step, steps per epoch) that this trainer ignores and no longer writes. A
+version 1 reader would resume a version 2 file with its own ranks' batch as the global batch, a
+different run, so version 2 files are refused by it (the reason for the bump).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Bumped only when a reader of this version could misread a newer file; readers refuse newer.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # The keys of the dictionary on disk. MODEL_STATE and EPOCHS_RUN are the tutorial's.
 FORMAT_VERSION_KEY = "FORMAT_VERSION"
@@ -33,6 +38,8 @@ WORLD_SIZE = "WORLD_SIZE"
 CONFIG = "CONFIG"
 CONFIG_FINGERPRINT = "CONFIG_FINGERPRINT"
 ORIGIN = "ORIGIN"
+GLOBAL_BATCH = "GLOBAL_BATCH"
+EPOCH_POSITION = "EPOCH_POSITION"
 # Written by earlier trainers, ignored when read (see the module docstring).
 LEGACY_DATA_STATE = "DATA_STATE"
 # What a file needs to be resumed, warm-started from or inspected; the rest may be absent in
@@ -48,7 +55,8 @@ class CheckpointError(RuntimeError):
 class RankState:
     """One rank's part of a checkpoint. Gathered to rank 0 (only rank 0 writes), stored as a
     list indexed by rank, so a restart with the same world size gives every rank back its own
-    RNG streams and its partial epoch loss."""
+    RNG streams and its partial epoch loss (see :meth:`TrainingCheckpoint.rank_state` for
+    another world size)."""
 
     rng: Mapping[str, Any]
     loss_sum: float
@@ -76,6 +84,8 @@ class TrainingCheckpoint:
     per_rank: Sequence[Any] = field(default_factory=list)
     config: Mapping[str, Any] | None = None
     origin: Mapping[str, Any] | None = None
+    global_batch: int | None = None
+    epoch_position: int | None = None
     format_version: int = FORMAT_VERSION
 
     def to_state(self) -> dict[str, Any]:
@@ -91,6 +101,8 @@ class TrainingCheckpoint:
             CONFIG: self.config,
             CONFIG_FINGERPRINT: self.config_fingerprint,
             ORIGIN: self.origin,
+            GLOBAL_BATCH: self.global_batch,
+            EPOCH_POSITION: self.epoch_position,
         }
 
     @classmethod
@@ -117,8 +129,35 @@ class TrainingCheckpoint:
             per_rank=state.get(PER_RANK) or [],
             config=state.get(CONFIG),
             origin=state.get(ORIGIN),
+            global_batch=_optional_int(state.get(GLOBAL_BATCH)),
+            epoch_position=_optional_int(state.get(EPOCH_POSITION)),
             format_version=version,
         )
 
-    def rank_state(self, rank: int) -> RankState:
-        return RankState.from_state(self.per_rank[rank])
+    def run_global_batch(self) -> int | None:
+        """Samples per optimizer step of the run that wrote this file; None when a file of
+        another tool does not say (no ``GLOBAL_BATCH``, no per-rank ``batch_size`` in
+        ``CONFIG``)."""
+        if self.global_batch is not None:
+            return self.global_batch
+        batch = (self.config or {}).get("batch_size")
+        return int(batch) * self.world_size if batch is not None else None
+
+    def rank_state(self, rank: int, world_size: int | None = None) -> RankState:
+        """What rank ``rank`` of a run with ``world_size`` ranks restores. The same world size:
+        its own state. Another: the RNG streams of rank ``rank % saved``, and the partial epoch
+        loss of all saved ranks on rank 0 (none elsewhere), so the epoch's totals add up."""
+        saved = len(self.per_rank)
+        if world_size is None or world_size == saved:
+            return RankState.from_state(self.per_rank[rank])
+        states = [RankState.from_state(item) for item in self.per_rank]
+        mine = states[rank % saved]
+        if rank != 0:
+            return RankState(mine.rng, 0.0, 0)
+        return RankState(
+            mine.rng, sum(item.loss_sum for item in states), sum(item.samples for item in states)
+        )
+
+
+def _optional_int(value: Any) -> int | None:
+    return int(value) if value is not None else None

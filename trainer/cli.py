@@ -25,8 +25,12 @@ DEFAULT_TASK = "trainer.task:regression_task"
 # local runner: 0 trained to the end (or nothing was left to train); 1 an unexpected error, with
 # its traceback; EXIT_REFUSED the arguments, or a checkpoint directory of another run, cannot
 # work, and a retry fails the same way; 128 + N stopped by signal N with a checkpoint committed,
-# so a restart resumes it.
+# so a restart resumes it; EXIT_PEER_LOST a collective failed because another rank is gone (its
+# pod deleted, preempted or killed, its node lost): the run itself is sound, and once the pods
+# are recreated it resumes from the last checkpoint. (components/job_state.py says what each
+# code means in `pulumi up`'s errors and `make status`.)
 EXIT_REFUSED = 2
+EXIT_PEER_LOST = 200
 DEFAULT_PG_TIMEOUT_S = 300.0
 
 
@@ -165,9 +169,29 @@ class TrainConfig:
     batch_size: int = field(
         default=32,
         metadata=_cli(
-            "input batch size on each rank (default: %(default)s)",
+            "input batch size on each rank (default: %(default)s); on fewer ranks than the run "
+            "started with, the most samples a rank puts through the model at once",
             type=_int_at_least(1, "samples per rank per step"),
             flags=("--batch_size", "--batch-size"),  # the tutorial's spelling first
+        ),
+    )
+    global_batch_size: int | None = field(
+        default=None,
+        metadata=_cli(
+            "samples per optimizer step over all ranks, fixed for the whole run (default: "
+            "--batch_size times the world size the run starts with); a resume on any number "
+            "of ranks keeps it, accumulating gradients where a rank's share exceeds --batch_size",
+            type=_int_at_least(1, "samples per optimizer step over all ranks"),
+            metavar="N",
+        ),
+    )
+    save_every_steps: int | None = field(
+        default=None,
+        metadata=_cli(
+            "also write a checkpoint after every N optimizer steps (counted from the start of "
+            "training, so mid-epoch too); default: at epoch ends only",
+            type=_int_at_least(1, "save every N optimizer steps"),
+            metavar="N",
         ),
     )
     checkpoint_dir: Path = field(
@@ -229,10 +253,13 @@ class TrainConfig:
     def semantic_config(self) -> dict[str, object]:
         """What a checkpoint must agree with to be resumed.
 
-        TOTAL_EPOCHS, SAVE_EVERY, --keep and --pg-timeout are left out on purpose: they change
-        how long or how often we train/save, not what one training step computes, so a finished
-        run may be extended with more epochs or saved more often. --init-from is left out too:
-        it only seeds a fresh run's weights, and the run's own checkpoints record it.
+        TOTAL_EPOCHS, SAVE_EVERY, --save-every-steps, --keep and --pg-timeout are left out on
+        purpose: they change how long or how often we train/save, not what one training step
+        computes, so a finished run may be extended with more epochs or saved more often.
+        --init-from is left out too: it only seeds a fresh run's weights, and the run's own
+        checkpoints record it. --global-batch-size is checked against the checkpoint's recorded
+        global batch instead (``trainer.resume``): a checkpoint of a run started without the
+        flag has the same global batch as one started with the value it implied.
         """
         return {
             "task": self.task,

@@ -3,8 +3,14 @@
 #
 # Usage: entrypoint.sh [--max-restarts N] [--] TRAINER_ARGS...
 #
-# The rendezvous is passed to torchrun explicitly from what the Kubeflow training operator
-# injects: PET_MASTER_ADDR/PET_MASTER_PORT, PET_NNODES, PET_NODE_RANK and PET_NPROC_PER_NODE.
+# An elastic job (the operator's elasticPolicy) gets PET_RDZV_ENDPOINT, PET_RDZV_BACKEND,
+# PET_NNODES=MIN:MAX and PET_MAX_RESTARTS (plus PET_RDZV_ID and PET_RDZV_CONF when the policy
+# sets them): every pod is a torchrun agent of that rendezvous, which assigns node ranks and
+# re-forms the group when a node leaves or joins. --max-restarts defaults to PET_MAX_RESTARTS.
+#
+# Otherwise the rendezvous is passed to torchrun explicitly from what the Kubeflow training
+# operator injects: PET_MASTER_ADDR/PET_MASTER_PORT, PET_NNODES, PET_NODE_RANK and
+# PET_NPROC_PER_NODE.
 # Older operators (v1.6 and earlier) set only MASTER_ADDR/MASTER_PORT, WORLD_SIZE (the number of
 # pods) and RANK (the pod's index), which torchrun itself ignores: without PET_NNODES the node
 # count and rank come from those. The script says which source it used.
@@ -19,7 +25,7 @@ die() {
   exit 2
 }
 
-max_restarts=0
+max_restarts=${PET_MAX_RESTARTS:-0}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --max-restarts)
@@ -46,6 +52,30 @@ done
 # repository root in a checkout.
 app_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PYTHONPATH="${app_dir}${PYTHONPATH:+:${PYTHONPATH}}"
+
+if [[ -n ${PET_RDZV_ENDPOINT:-} ]]; then
+  [[ ${PET_NNODES:-} =~ ^[1-9][0-9]*(:[1-9][0-9]*)?$ ]] ||
+    die "PET_NNODES must be N or MIN:MAX (nodes, >= 1) with PET_RDZV_ENDPOINT, got '${PET_NNODES:-}'"
+  nproc_per_node=${PET_NPROC_PER_NODE:-1}
+  rdzv_backend=${PET_RDZV_BACKEND:-c10d}
+  rdzv=(--rdzv-backend "$rdzv_backend" --rdzv-endpoint "$PET_RDZV_ENDPOINT")
+  [[ -z ${PET_RDZV_ID:-} ]] || rdzv+=(--rdzv-id "$PET_RDZV_ID")
+  [[ -z ${PET_RDZV_CONF:-} ]] || rdzv+=(--rdzv-conf "$PET_RDZV_CONF")
+  # torch >= 2.4 lets the trainers share the rendezvous agent's TCP store, but its rank 0 keeps
+  # the store address of its first round: a node that joins a later round (a lost pod coming
+  # back) waits forever for an address nobody publishes. Without the sharing, every round's
+  # rank 0 publishes a fresh one.
+  export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+  echo "entrypoint.sh: torchrun elastic nnodes=$PET_NNODES nproc_per_node=$nproc_per_node" \
+    "rendezvous=$rdzv_backend@$PET_RDZV_ENDPOINT max_restarts=$max_restarts" \
+    "(from the operator's elasticPolicy: PET_NNODES/PET_RDZV_*)" >&2
+  exec "${TRAINER_PYTHON:-python3}" -m trainer.launch \
+    --nnodes "$PET_NNODES" \
+    --nproc-per-node "$nproc_per_node" \
+    "${rdzv[@]}" \
+    --max-restarts "$max_restarts" \
+    -m trainer "$@"
+fi
 
 if [[ -n ${PET_NNODES:-} ]]; then
   nnodes=$PET_NNODES

@@ -1,5 +1,10 @@
 """The training loop: resume from the point rank 0 chose (``trainer.resume``), train with DDP,
-checkpoint on schedule / on SIGTERM / at the end, and shut the process group down cleanly.
+checkpoint on schedule (every SAVE_EVERY epochs, every --save-every-steps steps) / on SIGTERM /
+at the end, and shut the process group down cleanly.
+
+A step trains one global batch, the same samples on any number of ranks (``trainer.data``): a
+rank runs its share in one forward/backward pass, or in several micro-batches whose gradients
+it accumulates locally (DDP's ``no_sync``) before the one all-reduce of the step.
 
 Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
 rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
@@ -10,19 +15,16 @@ checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the disk is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import random
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -33,161 +35,30 @@ from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_checkpoint
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
 from trainer.cli import (
     DEFAULT_PG_TIMEOUT_S,
+    EXIT_PEER_LOST,
     EXIT_REFUSED,
     TrainConfig,
     UsageError,
     parse_config,
 )
-from trainer.data import ShardedBatches
+from trainer.data import GlobalBatches, MicroBatch
 from trainer.distributed import (
     DistContext,
     all_gather_object,
     configure_logging,
     init_distributed,
+    lost_a_peer,
     shutdown,
 )
-from trainer.metrics import MetricsLog, rewind
+from trainer.metrics import EpochLoss, MetricsLog, rewind
+from trainer.restore import resume_from, warm_start_from
 from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
+from trainer.rng import capture_rng
+from trainer.step_log import StepLog
+from trainer.stop_agreement import StopAgreement
 from trainer.task import Task, TaskContext, build_task
 
 LOG = logging.getLogger("trainer")
-
-
-class StopAgreement:
-    """SIGTERM/SIGINT set a local flag; ranks agree on it with a MAX all-reduce so every rank
-    stops after the same step.
-
-    The all-reduce is launched asynchronously at a check and read at the next one, so it
-    overlaps training. How many steps lie between checks is recalibrated at every check so a
-    check happens about every ``target_seconds``: a fixed step count is either a collective on
-    every few tiny steps (a measurable share of a fast CPU step) or minutes between checks on a
-    slow GPU step (past the pod's grace period). Each rank proposes an interval from its own
-    step time and the same all-reduce carries the proposals (negated, so MAX picks the
-    smallest); every rank reads the same reduced tensor, so all adopt the same interval at the
-    same step and stay in lockstep. A stop therefore lands within about 2 x target_seconds.
-    """
-
-    def __init__(
-        self,
-        ctx: DistContext,
-        *,
-        first_interval: int = 8,
-        target_seconds: float = 0.25,
-        max_interval: int = 10_000,
-    ) -> None:
-        self._device = ctx.device
-        self._interval = first_interval
-        self._target_seconds = target_seconds
-        self._max_interval = max_interval
-        self._steps_since_check = 0
-        self._last_check = time.perf_counter()
-        self.requested = False
-        self.signum: int | None = None  # the first signal this rank received, if any
-        self._pending: tuple[Any, torch.Tensor] | None = None
-
-    def install(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if not self.requested:
-            LOG.warning("received %s: stopping after the current step", signal.Signals(signum).name)
-            self.signum = signum
-        self.requested = True
-
-    def exit_code(self) -> int:
-        """What a rank exits with after an agreed early stop: 128 + the signal, as a shell
-        reports a signalled process. Ranks that were not signalled themselves (their peer's pod
-        was preempted) report SIGTERM too: exiting 0 there would make the operator mark the
-        whole job Succeeded with training unfinished, while a non-zero code makes
-        `restartPolicy: OnFailure` restart the pod, which resumes from the checkpoint."""
-        return 128 + (self.signum or signal.SIGTERM)
-
-    def at_step(self) -> bool:
-        """Call before every step on every rank; True means: stop now (same on all ranks)."""
-        self._steps_since_check += 1
-        if self._steps_since_check < self._interval:
-            return False
-        agreed = self.drain()
-        now = time.perf_counter()
-        per_step = (now - self._last_check) / self._steps_since_check
-        proposal = int(self._target_seconds / per_step) if per_step > 0 else self._max_interval
-        proposal = min(max(proposal, 1), self._max_interval)
-        message = torch.tensor(
-            [int(self.requested), -proposal], dtype=torch.int64, device=self._device
-        )
-        self._pending = (dist.all_reduce(message, op=dist.ReduceOp.MAX, async_op=True), message)
-        self._steps_since_check = 0
-        self._last_check = now
-        return agreed
-
-    def drain(self) -> bool:
-        """The answer of the all-reduce in flight (False if none); every rank calls it at the
-        same points (a check, the end of an epoch), so every rank reads the same answer."""
-        if self._pending is None:
-            return False
-        work, message = self._pending
-        self._pending = None
-        work.wait()
-        stop, negated_interval = message.tolist()
-        self._interval = -negated_interval
-        return bool(stop)
-
-
-def capture_rng() -> dict[str, Any]:
-    """Every RNG a user's task might draw from, as plain types (loadable with weights_only)."""
-    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
-    py_version, py_state, py_gauss = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy": [
-            np_kind,
-            torch.from_numpy(np_keys.astype(np.int64)),
-            np_pos,
-            np_has_gauss,
-            np_gauss,
-        ],
-        "python": [py_version, list(py_state), py_gauss],
-    }
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    version, py_state, gauss_py = state["python"]
-    random.setstate((version, tuple(py_state), gauss_py))
-
-
-class EpochLoss:
-    """This rank's sample-weighted loss sum over (part of) an epoch.
-
-    A step only appends its detached loss (no kernel, no allocation beyond the list slot, no
-    host sync on a GPU); the sum is folded on the host when it is read (epoch end, checkpoint)
-    with one transfer for all pending steps. The fold adds ``loss * batch`` in float64 in step
-    order, exactly what a per-step ``float64_sum.add_(loss, alpha=batch)`` computed, so the
-    metrics of an interrupted and an uninterrupted run stay equal to the bit."""
-
-    def __init__(self, carried: float = 0.0) -> None:
-        self._sum = carried
-        self._losses: list[torch.Tensor] = []
-        self._sizes: list[int] = []
-
-    def add(self, loss: torch.Tensor, batch: int) -> None:
-        self._losses.append(loss.detach())
-        self._sizes.append(batch)
-
-    def total(self) -> float:
-        if self._losses:
-            values = torch.stack(self._losses).to("cpu", torch.float64).tolist()
-            for value, size in zip(values, self._sizes, strict=True):
-                self._sum += value * size
-            self._losses.clear()
-            self._sizes.clear()
-        return self._sum
 
 
 @dataclass
@@ -196,17 +67,24 @@ class Trainer:
     ctx: DistContext
     task: Task
     model: DistributedDataParallel
-    data: ShardedBatches
+    data: GlobalBatches
     writer: CheckpointWriter | None  # rank 0 only
     origin: Mapping[str, Any] | None = None  # a warm start's source, kept in every checkpoint
+    step_log: StepLog | None = None  # the TRAINER_STEP_LOG hook
 
     @classmethod
-    def build(cls, config: TrainConfig, ctx: DistContext) -> Trainer:
+    def build(cls, config: TrainConfig, ctx: DistContext, global_batch: int) -> Trainer:
         task = build_task(config.task, TaskContext(config.seed, config.dataset_size, ctx.device))
         inputs = task.inputs.to(ctx.device)
         targets = task.targets.to(ctx.device)
-        data = ShardedBatches(
-            inputs, targets, config.batch_size, config.seed, ctx.rank, ctx.world_size
+        data = GlobalBatches(
+            inputs,
+            targets,
+            global_batch=global_batch,
+            micro_batch=config.batch_size,
+            seed=config.seed,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
         )
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         model = DistributedDataParallel(task.model, device_ids=device_ids)
@@ -214,78 +92,29 @@ class Trainer:
         if ctx.is_main:
             delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
             writer = CheckpointWriter(CheckpointStore(config.checkpoint_dir, config.keep, delay))
-        return cls(config, ctx, task, model, data, writer)
+        step_log = StepLog.from_environment(ctx.rank, ctx.world_size)
+        return cls(config, ctx, task, model, data, writer, step_log=step_log)
 
-    def _read(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
+    def _chosen_checkpoint(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
         """Rank 0 already holds the state it verified; the others map the same file (its pages
         are in the cache on a shared node), so no rank reads it twice."""
         return state if state is not None else load_checkpoint(Path(path), mmap=True)
 
-    def warm_start(self, point: ResumePoint, state: TrainingCheckpoint | None) -> None:
-        """Seed a new run: model weights, and the optimizer state only when asked."""
-        assert point.origin is not None
-        state = self._read(point.origin["path"], state)
-        try:
-            self.task.model.load_state_dict(state.model_state)
-        except RuntimeError as error:
-            raise ResumeRefusedError(
-                f"--init-from {point.origin['path']}: its weights do not fit this run's model "
-                f"(--task {self.config.task}): {error}"
-            ) from None
-        if self.config.init_optimizer:
-            self._load_optimizer_checked(state.optimizer_state, point.origin["path"])
-
-    def _load_optimizer_checked(self, saved: Mapping[str, Any] | None, path: str) -> None:
-        if saved is None:
-            raise ResumeRefusedError(f"--init-optimizer: {path} holds no optimizer state")
-        params = [p for group in self.task.optimizer.param_groups for p in group["params"]]
-        for index, slots in saved.get("state", {}).items():
-            for name, value in slots.items():
-                if (
-                    isinstance(value, torch.Tensor)
-                    and value.dim() > 0
-                    and (index >= len(params) or value.shape != params[index].shape)
-                ):
-                    raise ResumeRefusedError(
-                        f"--init-optimizer: optimizer state {name!r} of parameter {index} in "
-                        f"{path} has shape {tuple(value.shape)}, which does not match this "
-                        "run's model; drop --init-optimizer to take the weights only"
-                    )
-        try:
-            self.task.optimizer.load_state_dict(saved)
-        except (ValueError, KeyError) as error:
-            raise ResumeRefusedError(
-                f"--init-optimizer: the optimizer state in {path} does not fit this run's "
-                f"optimizer ({error}); drop --init-optimizer to take the weights only"
-            ) from None
-
-    def load(self, point: ResumePoint, state: TrainingCheckpoint | None) -> tuple[float, int]:
-        """Restore from the exact file rank 0 chose; returns this rank's partial epoch loss."""
-        assert point.path is not None
-        state = self._read(point.path, state)
-        self.task.model.load_state_dict(state.model_state)
-        self.task.optimizer.load_state_dict(state.optimizer_state)
-        if self.task.scheduler is not None and state.scheduler_state is not None:
-            self.task.scheduler.load_state_dict(state.scheduler_state)
-        mine = state.rank_state(self.ctx.rank)
-        restore_rng(mine.rng)
-        return mine.loss_sum, mine.samples
-
     def checkpoint(
         self, epochs: int, step: int, loss: EpochLoss, samples: int, *, final: bool
     ) -> None:
-        """Collective (every rank calls it); rank 0 hands the state to the background writer."""
+        """Collective (every rank calls it); rank 0 hands the state to the background writer.
+        ``step``: global batches done in epoch ``epochs`` (0 at an epoch's end)."""
         mine = RankState(capture_rng(), loss.total(), samples)
         per_rank = all_gather_object(self.ctx, mine.to_state())
         if self.writer is None:
             return
-        state = self._state(epochs, per_rank)
+        state = self.checkpoint_state(epochs, step, per_rank)
         self.writer.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
 
-    def _state(self, epochs: int, per_rank: list[object]) -> dict[str, Any]:
-        """The dictionary a save writes. Where in the data it was taken is not part of it:
-        (epochs, step) in the manifest and the file name locate it, and the data order follows
-        from the seed and world size the checkpoint already records."""
+    def checkpoint_state(self, epochs: int, step: int, per_rank: list[object]) -> dict[str, Any]:
+        """The dictionary a save writes: where in the data it was taken is the position in the
+        epoch's sample order and the global batch, which hold on any world size."""
         scheduler = self.task.scheduler
         return TrainingCheckpoint(
             model_state=self.task.model.state_dict(),
@@ -297,81 +126,167 @@ class Trainer:
             per_rank=per_rank,
             config=self.config.semantic_config(),
             origin=self.origin,
+            global_batch=self.data.global_batch,
+            epoch_position=self.data.position(step),
         ).to_state()
 
     def restore(self, point: ResumePoint, state: TrainingCheckpoint | None) -> tuple[float, int]:
         """Everything before the first step: resume or warm start, rewind the metrics, prepare
-        the checkpoint writer. ``state``: on rank 0, the checkpoint it read while choosing."""
+        the checkpoint writer. ``state``: on rank 0, the checkpoint it read while choosing.
+        Returns this rank's carried partial epoch loss and sample count."""
         carried = (0.0, 0)
+        saved_world_size: int | None = None
         if point.path:
-            carried = self.load(point, state)
-            self.origin = state.origin if state is not None else None
+            chosen = self._chosen_checkpoint(point.path, state)
+            mine = resume_from(self.task, chosen, self.ctx.rank, self.ctx.world_size)
+            carried = (mine.loss_sum, mine.samples)
+            saved_world_size = chosen.world_size
+            self.origin = chosen.origin
         elif point.origin is not None:
-            self.warm_start(point, state)
+            path = point.origin["path"]
+            warm_start_from(
+                self.task,
+                self._chosen_checkpoint(path, state),
+                path,
+                task_name=self.config.task,
+                with_optimizer=self.config.init_optimizer,
+            )
             self.origin = point.origin
+        if self.ctx.is_main:
+            self._describe_batches(saved_world_size)
         if self.writer is not None:
             dropped = rewind(self.config.checkpoint_dir, point.epochs_completed)
             if dropped:
                 LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
             # Tells the writer policy how large checkpoints will be, before the first one.
-            self.writer.prepare(self._state(point.epochs_completed, []))
+            self.writer.prepare(self.checkpoint_state(point.epochs_completed, 0, []))
         return carried
+
+    def _describe_batches(self, saved_world_size: int | None) -> None:
+        data, world = self.data, self.ctx.world_size
+        accumulation = data.micro_batches_per_step()
+        share, uneven = divmod(data.global_batch, world)
+        how = f"{share} per process" if not uneven else f"{share} or {share + 1} per process"
+        if accumulation > 1:
+            how += f", in up to {accumulation} micro-batches of at most {data.micro_batch}"
+        changed = ""
+        if saved_world_size is not None and saved_world_size != world:
+            changed = f" (the checkpoint was written with world size {saved_world_size})"
+        # The nodes of this rendezvous round, as torchrun tells its workers (elastic jobs vary).
+        nodes = os.environ.get("GROUP_WORLD_SIZE", "1")
+        LOG.info(
+            "world size %d on %s node(s)%s: each step trains the global batch of %d samples, %s",
+            world,
+            nodes,
+            changed,
+            data.global_batch,
+            how,
+        )
 
     def run(self, point: ResumePoint, stop: StopAgreement, carried: tuple[float, int]) -> bool:
         """Train to TOTAL_EPOCHS; False when an agreed stop (SIGTERM/SIGINT) ended it early.
 
-        The step itself is kept to what the tutorial's loop does (forward, backward, step) plus
-        two list appends: no per-step tensor arithmetic, allocation, host sync or clock read.
-        Everything else (loss totals, stop agreement, metrics) runs per epoch or per check."""
+        A step whose share is one micro-batch of weight 1 (the usual case) is kept to what the
+        tutorial's loop does (forward, backward, step) plus two list appends: no per-step
+        tensor arithmetic, allocation, host sync or clock read. Everything else (loss totals,
+        stop agreement, metrics) runs per epoch or per check."""
         config = self.config
         model, loss_fn, optimizer = self.model, self.task.loss_fn, self.task.optimizer
         steps_per_epoch = self.data.steps_per_epoch()
+        every_steps = config.save_every_steps
+        step_log = self.step_log
         metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
         carried_loss, carried_samples = carried
         last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
         # The first step creates the optimizer's lazy slots; the writer's staging buffer gets
         # them right after it, not inside the first save.
-        restage = self.writer is not None
+        slots_unstaged = self.writer is not None
         for epoch in range(point.epochs_completed, config.total_epochs):
             started = time.perf_counter()
             loss = EpochLoss(carried_loss)
             samples = carried_samples
             carried_loss, carried_samples = 0.0, 0
             stopped_at: int | None = None
-            for step, inputs, targets in self.data.batches(epoch, start_step):
+            for step, pieces in self.data.batches(epoch, start_step):
                 if stop.at_step():
                     stopped_at = step
                     break
-                step_loss = loss_fn(model(inputs), targets)
-                optimizer.zero_grad(set_to_none=True)
-                step_loss.backward()
-                optimizer.step()
-                loss.add(step_loss, inputs.shape[0])
-                samples += inputs.shape[0]
-                if restage:
-                    restage = False
-                    self._restage(epoch)
+                if len(pieces) == 1 and pieces[0].scale == 1.0:
+                    _, inputs, targets, size, _ = pieces[0]
+                    step_loss = loss_fn(model(inputs), targets)
+                    optimizer.zero_grad(set_to_none=True)
+                    step_loss.backward()
+                    optimizer.step()
+                    loss.add(step_loss, size)
+                    samples += size
+                    losses: Sequence[torch.Tensor] = (step_loss,)
+                else:
+                    losses = self._accumulated_step(pieces, loss)
+                    samples += sum(piece.size for piece in pieces)
+                if step_log is not None:
+                    step_log.record(epoch, step, pieces, losses)
+                if slots_unstaged:
+                    slots_unstaged = False
+                    self.stage_optimizer_slots(epoch)
+                done_steps = step + 1
+                if (
+                    every_steps is not None
+                    and done_steps < steps_per_epoch
+                    and (epoch * steps_per_epoch + done_steps) % every_steps == 0
+                ):
+                    self.checkpoint(epoch, done_steps, loss, samples, final=False)
+                    last_saved = (epoch, done_steps)
+                    if stop.check():  # after slow work: see StopAgreement
+                        stopped_at = done_steps
+                        break
             start_step = 0
-            if stopped_at is None and stop.drain():
-                stopped_at = steps_per_epoch
-            if stopped_at is not None and stopped_at < steps_per_epoch:
+            if stopped_at is not None:
                 if last_saved != (epoch, stopped_at):
                     self.checkpoint(epoch, stopped_at, loss, samples, final=True)
                 return False
             self._end_epoch(epoch, metrics, loss, samples, started)
             done = epoch + 1
-            final = done == config.total_epochs or stopped_at is not None
-            if done % config.save_every == 0 or final:
+            final = done == config.total_epochs
+            on_step_schedule = (
+                every_steps is not None and (done * steps_per_epoch) % every_steps == 0
+            )
+            if done % config.save_every == 0 or final or on_step_schedule:
                 self.checkpoint(done, 0, EpochLoss(), 0, final=final)
                 last_saved = (done, 0)
-            if stopped_at is not None:
-                return done == config.total_epochs
+            if final:
+                stop.drain()  # a stop asked for now has nothing left to stop
+                return True
+            if stop.check():  # the epoch's end (and its save) is a check point: see StopAgreement
+                if last_saved != (done, 0):
+                    self.checkpoint(done, 0, EpochLoss(), 0, final=True)
+                return False
         return True
 
-    def _restage(self, epoch: int) -> None:
+    def _accumulated_step(
+        self, pieces: Sequence[MicroBatch], loss: EpochLoss
+    ) -> list[torch.Tensor]:
+        """One optimizer step over several micro-batches (or uneven shares): each weighted by
+        its share of the window, gradients summed locally and all-reduced once, with the
+        last backward pass."""
+        model, loss_fn, optimizer = self.model, self.task.loss_fn, self.task.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        losses = []
+        last = len(pieces) - 1
+        for index, piece in enumerate(pieces):
+            with model.no_sync() if index < last else contextlib.nullcontext():
+                piece_loss = loss_fn(model(piece.inputs), piece.targets)
+                (piece_loss * piece.scale).backward()
+            if piece.size:
+                loss.add(piece_loss, piece.size)
+            losses.append(piece_loss)
+        optimizer.step()
+        return losses
+
+    def stage_optimizer_slots(self, epoch: int) -> None:
+        """Give the writer's staging buffer the optimizer slots the first step created."""
         assert self.writer is not None
-        self.writer.prepare(self._state(epoch, []))
+        self.writer.prepare(self.checkpoint_state(epoch, 0, []))
 
     def _end_epoch(
         self, epoch: int, metrics: MetricsLog, loss: EpochLoss, samples: int, started: float
@@ -405,7 +320,7 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
                 config.total_epochs,
             )
         return 0
-    trainer = Trainer.build(config, ctx)
+    trainer = Trainer.build(config, ctx, point.global_batch)
     try:
         carried = trainer.restore(point, state)
         del state  # rank 0's copy of a possibly large checkpoint is not kept while training
@@ -413,6 +328,8 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
     finally:
         if trainer.writer is not None:
             trainer.writer.close()  # a SIGTERM or the end of training commits the write in flight
+        if trainer.step_log is not None:
+            trainer.step_log.close()
     if ctx.is_main and trainer.writer.last_committed is not None:
         entry = trainer.writer.last_committed
         LOG.info("last checkpoint: %s (%d epochs completed)", entry.file, entry.epochs_completed)
@@ -441,6 +358,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = train(config, ctx)
         except ResumeRefusedError as error:
             refusal = f"error: refusing to start: {error}"
+        except Exception as error:
+            if not lost_a_peer(error):
+                raise
+            # Every surviving rank says it: on a cluster each pod's log is read on its own.
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            print(
+                f"error: rank {ctx.rank} lost a peer ({type(error).__name__}: {first_line}); "
+                f"exiting with code {EXIT_PEER_LOST}, which restarts the pod (restartPolicy "
+                "ExitCode or OnFailure) and resumes from the last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            code = EXIT_PEER_LOST
     if refusal is not None and ctx.is_main:
         print(refusal, file=sys.stderr, flush=True)
     # Training is over (and, on success, its last checkpoint is committed): a failing teardown

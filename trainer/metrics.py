@@ -1,5 +1,6 @@
-"""Per-epoch progress: one human-readable log line and the same values as a JSON line in
-``DIR/metrics.jsonl`` (rank 0 only), which ``python -m trainer.plot`` reads."""
+"""Per-epoch progress: each rank's loss sum over the epoch (:class:`EpochLoss`), then one
+human-readable log line and the same values as a JSON line in ``DIR/metrics.jsonl`` (rank 0
+only), which ``python -m trainer.plot`` reads."""
 
 from __future__ import annotations
 
@@ -10,8 +11,38 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
 LOG = logging.getLogger("trainer")
 METRICS_NAME = "metrics.jsonl"
+
+
+class EpochLoss:
+    """This rank's sample-weighted loss sum over (part of) an epoch.
+
+    A step only appends its detached loss (no kernel, no allocation beyond the list slot, no
+    host sync on a GPU); the sum is folded on the host when it is read (epoch end, checkpoint)
+    with one transfer for all pending steps. The fold adds ``loss * batch`` in float64 in step
+    order, exactly what a per-step ``float64_sum.add_(loss, alpha=batch)`` computed, so the
+    metrics of an interrupted and an uninterrupted run stay equal to the bit."""
+
+    def __init__(self, carried: float = 0.0) -> None:
+        self._sum = carried
+        self._losses: list[torch.Tensor] = []
+        self._sizes: list[int] = []
+
+    def add(self, loss: torch.Tensor, batch: int) -> None:
+        self._losses.append(loss.detach())
+        self._sizes.append(batch)
+
+    def total(self) -> float:
+        if self._losses:
+            values = torch.stack(self._losses).to("cpu", torch.float64).tolist()
+            for value, size in zip(values, self._sizes, strict=True):
+                self._sum += value * size
+            self._losses.clear()
+            self._sizes.clear()
+        return self._sum
 
 
 @dataclass(frozen=True)

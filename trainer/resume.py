@@ -1,5 +1,10 @@
-"""Where a run starts: its own newest verified checkpoint, a warm start's source, or scratch,
-and what makes a checkpoint directory refuse this run.
+"""Where a run starts: its own newest verified checkpoint, a warm start's source, or scratch;
+with which global batch; and what makes a checkpoint directory refuse this run.
+
+A checkpoint resumes on any world size: the data order and the global batch do not depend on
+it (``trainer.data``). What it cannot resume is another run: another task, per-rank batch,
+dataset or seed (the config fingerprint), another global batch (``--global-batch-size``), or
+more ranks than its global batch has samples.
 
 The rule is here once and has two callers. The trainer applies it at start, on the checkpoint
 it verified (rank 0 decides, every rank follows). The local runner applies it before any
@@ -15,29 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import (
-    REJECTED_DIR,
-    CheckpointError,
-    find_resumable,
-    load_checkpoint,
-    read_manifest,
-    read_verified,
-    remove_stale_temporaries,
-    set_aside_skipped,
-)
+from trainer.checkpoint import REJECTED_DIR, CheckpointError, CheckpointStore, load_checkpoint
 from trainer.checkpoint_schema import TrainingCheckpoint
 from trainer.cli import TrainConfig, unusable_directory
 from trainer.distributed import DistContext, broadcast_object
 
 LOG = logging.getLogger("trainer")
 WORLD_SIZE = "world_size"
+GLOBAL_BATCH = "global_batch_size"
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """What differs between a checkpoint and this run: ``setting`` is ``world_size`` or a key
-    of :meth:`TrainConfig.semantic_config` (``config`` when the checkpoint does not say which:
-    then ``saved`` and ``current`` are the fingerprints)."""
+    """What differs between a checkpoint and this run: ``setting`` is a key of
+    :meth:`TrainConfig.semantic_config` (``config`` when the checkpoint does not say which:
+    then ``saved`` and ``current`` are the fingerprints), ``global_batch_size`` (the run's
+    global batch and ``--global-batch-size``), or ``world_size`` (then ``saved`` is the run's
+    global batch, the most ranks that can share it, and ``current`` this run's world size)."""
 
     setting: str
     saved: Any
@@ -45,9 +44,10 @@ class Mismatch:
 
 
 class ResumeRefusedError(RuntimeError):
-    """The checkpoint directory belongs to a different run (world size, config, format), or
-    cannot be used at all. Permanent: the same command fails the same way on every retry.
-    ``mismatch``: what differs, when that is the reason."""
+    """The checkpoint directory belongs to a different run (config, global batch, format), has
+    fewer samples per step than this run has ranks, or cannot be used at all. Permanent: the
+    same command fails the same way on every retry. ``mismatch``: what differs, when that is
+    the reason."""
 
     def __init__(self, message: str, mismatch: Mismatch | None = None) -> None:
         super().__init__(message)
@@ -56,33 +56,46 @@ class ResumeRefusedError(RuntimeError):
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where training starts. ``path``: this run's own checkpoint to resume. ``origin``: for a
-    warm start, the checkpoint whose weights seed this new run (path, sha256, epochs, config)."""
+    """Where training starts. ``path``: this run's own checkpoint to resume, taken
+    ``step_in_epoch`` global batches into epoch ``epochs_completed``. ``global_batch``: samples
+    per optimizer step, fixed for the run. ``origin``: for a warm start, the checkpoint whose
+    weights seed this new run (path, sha256, epochs, config)."""
 
     path: str | None
     epochs_completed: int
     step_in_epoch: int
+    global_batch: int
     origin: dict[str, Any] | None = None
+
+
+def new_run_global_batch(config: TrainConfig, world_size: int) -> int:
+    """A new run's samples per optimizer step: ``--global-batch-size``, or the per-rank batch
+    times the ranks it starts on."""
+    return config.global_batch_size or config.batch_size * world_size
 
 
 def find_mismatch(
     config: TrainConfig,
     world_size: int,
     *,
-    saved_world_size: int,
     saved_fingerprint: str,
     saved_config: Mapping[str, Any] | None,
+    saved_global_batch: int | None,
 ) -> Mismatch | None:
     """The first reason a checkpoint with these saved values cannot be resumed by this run."""
-    if saved_world_size != world_size:
-        return Mismatch(WORLD_SIZE, saved_world_size, world_size)
-    if saved_fingerprint == config.fingerprint():
-        return None
-    current = config.semantic_config()
-    for key, value in current.items():
-        if saved_config is not None and key in saved_config and saved_config[key] != value:
-            return Mismatch(key, saved_config[key], value)
-    return Mismatch("config", saved_fingerprint, config.fingerprint())
+    if saved_fingerprint != config.fingerprint():
+        current = config.semantic_config()
+        for key, value in current.items():
+            if saved_config is not None and key in saved_config and saved_config[key] != value:
+                return Mismatch(key, saved_config[key], value)
+        return Mismatch("config", saved_fingerprint, config.fingerprint())
+    wanted = config.global_batch_size
+    if wanted is not None and saved_global_batch is not None and wanted != saved_global_batch:
+        return Mismatch(GLOBAL_BATCH, saved_global_batch, wanted)
+    global_batch = saved_global_batch or new_run_global_batch(config, world_size)
+    if world_size > global_batch:
+        return Mismatch(WORLD_SIZE, global_batch, world_size)
+    return None
 
 
 def refusal(
@@ -97,9 +110,18 @@ def refusal(
     directory = config.checkpoint_dir
     if mismatch.setting == WORLD_SIZE:
         return ResumeRefusedError(
-            f"checkpoint {path} was written with world size {mismatch.saved}, but this run has "
-            f"world size {mismatch.current}; resume with {mismatch.saved} processes in total "
-            "(nnodes x nproc-per-node) or use a new --checkpoint-dir",
+            f"checkpoint {path} belongs to a run with a global batch of {mismatch.saved} "
+            f"samples per step, which {mismatch.current} processes cannot share; resume it "
+            f"with 1 to {mismatch.saved} processes in total (nnodes x nproc-per-node)",
+            mismatch,
+        )
+    if mismatch.setting == GLOBAL_BATCH:
+        return ResumeRefusedError(
+            f"checkpoint {path} belongs to a run with a global batch of {mismatch.saved} "
+            f"samples per step, but this run asks for --global-batch-size {mismatch.current}; "
+            f"pass {mismatch.saved} (or leave the flag out) to resume it on any number of "
+            "processes, or, to continue from its weights with the new global batch, start a "
+            f"new run with --init-from {directory} --checkpoint-dir NEW_DIR",
             mismatch,
         )
     saved = dict(saved_config) if saved_config is not None else "(not recorded)"
@@ -122,7 +144,7 @@ def decide_resume(
     state: TrainingCheckpoint | None = None
     if ctx.is_main:
         try:
-            point, state = choose(ctx, config)
+            point, state = choose_resume_point(ctx, config)
             decision = {"point": point}
         except (ResumeRefusedError, CheckpointError) as error:
             decision = {"error": str(error)}
@@ -134,17 +156,21 @@ def decide_resume(
     return decision["point"], state
 
 
-def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint | None]:
+def choose_resume_point(
+    ctx: DistContext, config: TrainConfig
+) -> tuple[ResumePoint, TrainingCheckpoint | None]:
     """Rank 0's decision (creates the directory, sets aside corrupt checkpoints)."""
     directory = config.checkpoint_dir
     directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(directory)
-    found = find_resumable(directory)
+    store = CheckpointStore(directory, config.keep)
+    store.remove_stale_temporaries()
+    found = store.find_resumable()
     if found is None:
         if config.init_from is not None:
-            return _choose_warm_start(config)
+            return warm_start_point(config, ctx.world_size)
+        _refuse_more_ranks_than_samples(config, ctx.world_size)
         LOG.info("no checkpoint in %s: starting from scratch", directory)
-        return ResumePoint(None, 0, 0), None
+        return ResumePoint(None, 0, 0, new_run_global_batch(config, ctx.world_size)), None
     if config.init_from is not None:
         LOG.info(
             "%s already has this run's checkpoints: resuming them (--init-from %s only seeds a "
@@ -153,12 +179,13 @@ def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, Training
             config.init_from,
         )
     saved = found.checkpoint
+    saved_global_batch = saved.run_global_batch()
     mismatch = find_mismatch(
         config,
         ctx.world_size,
-        saved_world_size=saved.world_size,
         saved_fingerprint=saved.config_fingerprint,
         saved_config=saved.config,
+        saved_global_batch=saved_global_batch,
     )
     if mismatch is not None:
         raise refusal(
@@ -174,35 +201,52 @@ def choose(ctx: DistContext, config: TrainConfig) -> tuple[ResumePoint, Training
             found.path,
             "; ".join(found.skipped),
         )
-        moved = set_aside_skipped(directory, found)
+        moved = store.set_aside(found)
         LOG.warning(
             "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
             directory / REJECTED_DIR,
             ", ".join(path.name for path in moved) or "(files already gone)",
         )
     LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
-    point = ResumePoint(str(found.path), found.entry.epochs_completed, found.entry.step_in_epoch)
-    return point, saved
+    global_batch = saved_global_batch or new_run_global_batch(config, ctx.world_size)
+    step = found.entry.step_in_epoch
+    if saved.epoch_position is not None and saved.epoch_position != min(
+        step * global_batch, config.dataset_size
+    ):
+        raise CheckpointError(
+            f"{found.path} says it is {saved.epoch_position} samples into its epoch, which is "
+            f"not step {step} of {global_batch} samples its manifest entry names"
+        )
+    return ResumePoint(str(found.path), found.entry.epochs_completed, step, global_batch), saved
 
 
-def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckpoint]:
-    """The checkpoint --init-from names: a file (checked against its directory's manifest when
-    it is listed there) or a directory's newest verified checkpoint."""
+def _refuse_more_ranks_than_samples(config: TrainConfig, world_size: int) -> None:
+    global_batch = new_run_global_batch(config, world_size)
+    if world_size > global_batch:
+        raise ResumeRefusedError(
+            f"--global-batch-size {global_batch} is fewer samples per step than the "
+            f"{world_size} processes of this run; pass at least {world_size}, or run on 1 to "
+            f"{global_batch} processes",
+            Mismatch(WORLD_SIZE, global_batch, world_size),
+        )
+
+
+def warm_start_point(
+    config: TrainConfig, world_size: int
+) -> tuple[ResumePoint, TrainingCheckpoint]:
+    """A new run seeded from the checkpoint --init-from names: a file (checked against its
+    directory's manifest when it is listed there) or a directory's newest verified checkpoint."""
     source = config.init_from
     assert source is not None
     where = f"--init-from {source}"
     if source.is_dir():
-        found = find_resumable(source)
+        found = CheckpointStore(source).find_resumable()
         if found is None:
             raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
         path, state, sha256 = found.path, found.checkpoint, found.entry.sha256
     elif source.is_file():
-        listed = {entry.file: entry for entry in read_manifest(source.parent)}
-        entry = listed.get(source.name)
         try:
-            state, sha256 = read_verified(
-                source, entry.sha256 if entry else None, entry.size if entry else None
-            )
+            state, sha256 = CheckpointStore(source.parent).read_file(source.name)
         except CheckpointError as error:
             raise CheckpointError(f"{where}: {error}") from error
         path = source
@@ -224,27 +268,31 @@ def _choose_warm_start(config: TrainConfig) -> tuple[ResumePoint, TrainingCheckp
         origin["config"],
         " and its optimizer state" if config.init_optimizer else "",
     )
-    return ResumePoint(None, 0, 0, origin), state
+    _refuse_more_ranks_than_samples(config, world_size)
+    return ResumePoint(None, 0, 0, new_run_global_batch(config, world_size), origin), state
 
 
 def preflight(config: TrainConfig, world_size: int) -> None:
-    """Raise :class:`ResumeRefusedError` for what :func:`choose` would refuse, without creating,
+    """Raise :class:`ResumeRefusedError` for what :func:`choose_resume_point` would refuse on
+    ``world_size`` processes (for a job whose size varies, its largest), without creating,
     moving or verifying anything: the directory cannot be used, its newest committed checkpoint
-    belongs to another run (from the manifest; the file is opened only to name what differs),
-    or a warm start's source directory holds no committed checkpoint. A corrupt newest
-    checkpoint is no reason to refuse: the trainer falls back to an older one."""
+    belongs to another run (from the manifest; the file is opened only to name what differs)
+    or has fewer samples per step than ranks, or a warm start's source directory holds no
+    committed checkpoint. A corrupt newest checkpoint is no reason to refuse: the trainer
+    falls back to an older one."""
     directory = config.checkpoint_dir
     problem = unusable_directory(directory)
     if problem is not None:
         raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
     try:
-        entries = read_manifest(directory) if directory.is_dir() else []
+        entries = CheckpointStore(directory).manifest() if directory.is_dir() else []
         if not entries:
             source = config.init_from
-            if source is not None and source.is_dir() and not read_manifest(source):
+            if source is not None and source.is_dir() and not CheckpointStore(source).manifest():
                 raise ResumeRefusedError(
                     f"--init-from {source}: no committed checkpoint there (no manifest.json)"
                 )
+            _refuse_more_ranks_than_samples(config, world_size)
             return
     except CheckpointError as error:
         raise ResumeRefusedError(str(error)) from None
@@ -256,12 +304,15 @@ def preflight(config: TrainConfig, world_size: int) -> None:
             saved_config = load_checkpoint(path, mmap=True).config
         except Exception as error:  # a file the trainer would set aside; the fingerprint decides
             LOG.debug("cannot read the config of %s: %s", path, error)
+    saved_global_batch = newest.global_batch
+    if saved_global_batch is None and newest.fingerprint == config.fingerprint():
+        saved_global_batch = config.batch_size * newest.world_size  # a version 1 checkpoint
     mismatch = find_mismatch(
         config,
         world_size,
-        saved_world_size=newest.world_size,
         saved_fingerprint=newest.fingerprint,
         saved_config=saved_config,
+        saved_global_batch=saved_global_batch,
     )
     if mismatch is not None:
         raise refusal(

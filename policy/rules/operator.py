@@ -7,6 +7,13 @@ broken job out of the cluster. What the CRD's schema rejects at apply time (a no
 
 `admission_violations` is the one statement of these rules: the pack applies it to what the
 engine registers, and the manifest tests apply it to what the builders produce.
+
+An elastic job (`spec.elasticPolicy`) needs a Worker replica spec (the rendezvous runs on
+`<job>-worker-0`; a Master is optional then), must not set the deprecated
+`elasticPolicy.nProcPerNode` beside `spec.nprocPerNode` (the webhook's two rules), and, beyond
+the webhook, is held to what makes it work: a node range of at least 1 with min <= max <= the
+pods the job has, a rendezvous backend torchrun knows, and a gang minimum
+(`runPolicy.schedulingPolicy.minAvailable`) no larger than the fewest nodes it trains on.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from .model import (
     dig,
     is_unknown,
     metadata_name,
+    pod_count,
     pod_spec_path,
     replica_count,
     replica_specs,
 )
 
 CONTAINER_NAME: Final = "pytorch"
+RDZV_BACKENDS: Final = ("c10d", "etcd", "etcd-v2")
 RESTART_POLICIES: Final = ("Always", "OnFailure", "Never", "ExitCode")
 # The operator's webhook: the job name becomes the prefix of its pods' Service names.
 _DNS1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
@@ -54,7 +63,10 @@ def admission_violations(job: Mapping[str, Any]) -> list[str]:
         for name in specs
         if name not in REPLICA_TYPES
     ]
-    if "Master" not in specs:
+    elastic = dig(job, "spec", "elasticPolicy")
+    if elastic is not None:
+        messages += _elastic_messages(job, elastic, specs)
+    elif "Master" not in specs:
         messages.append("spec.pytorchReplicaSpecs.Master is missing: rank 0 runs on the Master")
     else:
         master_replicas = replica_count(specs["Master"])
@@ -91,6 +103,56 @@ def _job_messages(job: Mapping[str, Any]) -> list[str]:
             "a string such as '8' or 'auto'"
         )
     return messages
+
+
+def _elastic_messages(job: Mapping[str, Any], policy: Any, specs: Mapping[str, Any]) -> list[str]:
+    if is_unknown(policy):
+        return []
+    messages: list[str] = []
+    if "Worker" not in specs:
+        messages.append(
+            "spec.pytorchReplicaSpecs.Worker is missing: the operator requires it with "
+            "spec.elasticPolicy (the rendezvous runs on the job's worker-0)"
+        )
+    if dig(policy, "nProcPerNode") is not None and dig(job, "spec", "nprocPerNode") is not None:
+        messages.append(
+            "spec.elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode "
+            "(it is deprecated: set spec.nprocPerNode alone)"
+        )
+    backend = dig(policy, "rdzvBackend")
+    if isinstance(backend, str) and backend not in RDZV_BACKENDS:
+        messages.append(
+            f"spec.elasticPolicy.rdzvBackend is {backend!r} (allowed: {', '.join(RDZV_BACKENDS)})"
+        )
+    minimum, maximum = _whole(dig(policy, "minReplicas")), _whole(dig(policy, "maxReplicas"))
+    pods = _whole(pod_count(job))
+    if minimum is None or maximum is None or pods is None:
+        return messages  # the operator defaults a missing bound from the other (or the Workers)
+    if minimum < 1:
+        messages.append(f"spec.elasticPolicy.minReplicas is {minimum}; at least 1 node trains")
+    if minimum > maximum:
+        messages.append(f"spec.elasticPolicy.minReplicas {minimum} exceeds maxReplicas {maximum}")
+    if maximum > pods:
+        messages.append(
+            f"spec.elasticPolicy.maxReplicas {maximum} exceeds the job's {pods} pods: the "
+            "operator creates only those, so the job never reaches it"
+        )
+    gang = _whole(dig(job, "spec", "runPolicy", "schedulingPolicy", "minAvailable"))
+    if gang is not None and gang > minimum:
+        messages.append(
+            f"spec.runPolicy.schedulingPolicy.minAvailable {gang} exceeds "
+            f"spec.elasticPolicy.minReplicas {minimum}: a gang scheduler would hold the job "
+            f"until {gang} pods fit, though it trains on {minimum}"
+        )
+    return messages
+
+
+def _whole(value: Any) -> int | None:
+    """A count as the engine sends it (numbers arrive as floats on the wire); None when it is
+    missing, unknown during preview, or not a whole number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if float(value).is_integer() else None
 
 
 def _replica_messages(replica_type: str, spec: Any) -> list[str]:

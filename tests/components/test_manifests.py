@@ -16,6 +16,8 @@ import pytest
 from components.manifests import (
     CONTAINER_NAME,
     ENTRYPOINT,
+    FIELD_MANAGER,
+    FIELD_MANAGER_ANNOTATION,
     MASTER_PORT,
     READER_MANAGER,
     checkpoint_claim_manifest,
@@ -30,7 +32,6 @@ from components.manifests import (
 )
 from components.settings import StackSettings, load_stack_file, parse_settings
 from policy.rules.operator import admission_violations
-from tests.components import RUNNING_OR_SUCCEEDED
 from tests.components.k8s_rules import validate_manifest
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
@@ -75,7 +76,7 @@ def test_tutorial_job_shape() -> None:
     assert replicas(manifest)["Worker"]["replicas"] == 1
     for replica_type in ("Master", "Worker"):
         replica = replicas(manifest)[replica_type]
-        assert replica["restartPolicy"] == "OnFailure"
+        assert replica["restartPolicy"] == "ExitCode"
         pod = replica["template"]["spec"]
         assert pod["terminationGracePeriodSeconds"] >= 60
         main = container(manifest, replica_type)
@@ -111,7 +112,30 @@ def test_tutorial_job_shape() -> None:
         assert "imagePullSecrets" not in pod
         assert "schedulerName" not in pod
         assert "affinity" not in pod
-    assert manifest["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "None"}
+    # ExitCode's retries are bounded by the deadline alone (the operator ignores backoffLimit).
+    assert manifest["spec"]["runPolicy"] == {
+        "backoffLimit": 3,
+        "cleanPodPolicy": "Running",
+        "activeDeadlineSeconds": 7 * 24 * 3600,
+    }
+
+
+@pytest.mark.parametrize(
+    ("job", "policy", "deadline"),
+    [
+        ({"restartPolicy": "OnFailure"}, "OnFailure", None),
+        ({"restartPolicy": "Never"}, "Never", None),
+        ({"restartPolicy": "OnFailure", "activeDeadlineSeconds": 600}, "OnFailure", 600),
+        ({"activeDeadlineSeconds": 3600}, "ExitCode", 3600),
+    ],
+)
+def test_restart_policy_and_its_deadline(
+    job: dict[str, Any], policy: str, deadline: int | None
+) -> None:
+    manifest = pytorchjob_manifest(settings_for(job=job), image=IMAGE)
+    assert {spec["restartPolicy"] for spec in replicas(manifest).values()} == {policy}
+    assert manifest["spec"]["runPolicy"].get("activeDeadlineSeconds") == deadline
+    assert admission_violations(manifest) == []
 
 
 def test_single_node_has_no_worker_and_cpu_has_no_gpu() -> None:
@@ -202,14 +226,26 @@ def test_read_write_once_co_locates_replicas() -> None:
     [
         ("none", {"pulumi.com/skipAwait": "true"}),
         ("created", {}),
-        ("running", {"pulumi.com/waitFor": RUNNING_OR_SUCCEEDED}),
+        # The job's hooks wait for these (components/job_outcome.py); the provider does not.
+        ("running", {}),
+        ("succeeded", {}),
     ],
 )
 def test_wait_annotations(wait_for: str, expected: dict[str, str]) -> None:
     settings = settings_for(job={"waitFor": wait_for})
     assert wait_annotations(settings) == expected
     metadata = pytorchjob_manifest(settings, image=IMAGE)["metadata"]
-    assert metadata.get("annotations", {}) == expected
+    assert metadata["annotations"] == {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, **expected}
+
+
+def test_every_object_is_applied_under_one_field_manager() -> None:
+    """pulumi-kubernetes reads the annotation for its server-side apply: a create that adopts an
+    object an interrupted update made then owns the same fields, not a second set."""
+    settings = settings_for(registry={"server": "registry.example.com", "username": "robot"})
+    objects = stack_objects(settings, image=IMAGE, password="pw").in_apply_order()
+    assert [o["kind"] for o in objects] == ["Secret", "PersistentVolumeClaim", "PyTorchJob"]
+    for manifest in objects:
+        assert manifest["metadata"]["annotations"][FIELD_MANAGER_ANNOTATION] == FIELD_MANAGER
 
 
 def test_checkpoint_claim() -> None:
@@ -221,9 +257,12 @@ def test_checkpoint_claim() -> None:
         "resources": {"requests": {"storage": "10Ti"}},
         "storageClassName": "fast-rwx",
     }
-    assert claim["metadata"]["annotations"] == {"pytorch-distributed/retain-on-destroy": "true"}
+    assert claim["metadata"]["annotations"] == {
+        FIELD_MANAGER_ANNOTATION: FIELD_MANAGER,
+        "pytorch-distributed/retain-on-destroy": "true",
+    }
     plain = checkpoint_claim_manifest(settings_for(checkpoints={"retainOnDestroy": False}))
-    assert "annotations" not in plain["metadata"]
+    assert plain["metadata"]["annotations"] == {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
     assert "storageClassName" not in plain["spec"]
     assert common_labels(settings_for()).items() <= plain["metadata"]["labels"].items()
 

@@ -16,8 +16,7 @@ import pytest
 import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
-from components.manifests import docker_config
-from tests.components import RUNNING_OR_SUCCEEDED
+from components.manifests import FIELD_MANAGER, FIELD_MANAGER_ANNOTATION, docker_config
 from tests.components.k8s_rules import validate_manifest
 from tests.pulumi_harness import (
     REPO_ROOT,
@@ -45,6 +44,9 @@ REGISTRY_LOOKUP = "docker:index/getRegistryImage:getRegistryImage"
 PREBUILT_REF = "registry.example.com/ml/pytorch-ddp-example@sha256:" + "c" * 64
 
 Runner = Callable[..., ProgramResult]
+
+# What every object's annotations hold besides the ones a test is about.
+FIELD_MANAGER_ONLY = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
 
 
 @pytest.fixture(scope="module")
@@ -170,13 +172,15 @@ def test_every_resource_goes_through_an_explicit_provider(overrides: dict[str, A
 def test_dev_job(dev: ProgramResult) -> None:
     specs = replica_specs(dev)
     assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 1
+    # dev restarts in place, bounded by backoffLimit (the stack file says why).
     assert {spec["restartPolicy"] for spec in specs.values()} == {"OnFailure"}
     job = dev.one(JOB).inputs
     assert job["metadata"]["name"] == "ddp-dev"
     assert job["metadata"]["namespace"] == "default"
     assert job["spec"]["nprocPerNode"] == "1"
-    assert job["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "None"}
-    assert "annotations" not in job["metadata"]  # waitFor: created
+    assert job["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running"}
+    assert job["metadata"]["annotations"] == FIELD_MANAGER_ONLY  # waitFor: created
+    assert dev.one(JOB).hooks == {}
     for kind, container in containers(dev).items():
         assert container["name"] == "pytorch"
         assert "nvidia.com/gpu" not in container["resources"]["limits"], kind
@@ -203,8 +207,15 @@ def test_prod_job(prod: ProgramResult) -> None:
     assert job.inputs["metadata"]["namespace"] == "runai-team-a"
     assert job.inputs["spec"]["nprocPerNode"] == "1"
     assert job.inputs["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 604800
-    assert job.inputs["metadata"]["annotations"] == {"pulumi.com/waitFor": RUNNING_OR_SUCCEEDED}
-    assert job.custom_timeouts.get("create")
+    # waitFor: succeeded is the job's own hooks', not the provider's: no await annotation.
+    assert job.inputs["metadata"]["annotations"] == FIELD_MANAGER_ONLY
+    assert job.hooks == {
+        "after_create": ["training-job-outcome"],
+        "after_update": ["training-job-outcome"],
+    }
+    assert {spec["restartPolicy"] for spec in specs.values()} == {"ExitCode"}
+    assert job.inputs["spec"]["runPolicy"]["activeDeadlineSeconds"] == 7 * 24 * 3600
+    assert job.inputs["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     for labels in [
         job.inputs["metadata"]["labels"],
         *[spec["template"]["metadata"]["labels"] for spec in specs.values()],
@@ -381,12 +392,13 @@ def test_checkpoint_claim_retention(dev: ProgramResult, prod: ProgramResult) -> 
         "volumeMode": "Filesystem",
         "resources": {"requests": {"storage": "1Gi"}},
     }
-    assert "annotations" not in dev_claim.inputs["metadata"]
+    assert dev_claim.inputs["metadata"]["annotations"] == FIELD_MANAGER_ONLY
     prod_claim = prod.one(PVC)
     assert prod_claim.retain_on_delete is True
     assert prod_claim.protect is False  # destroy must succeed and leave the claim behind
     assert prod_claim.inputs["metadata"]["annotations"] == {
-        "pytorch-distributed/retain-on-destroy": "true"
+        **FIELD_MANAGER_ONLY,
+        "pytorch-distributed/retain-on-destroy": "true",
     }
     assert prod_claim.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
     assert prod_claim.inputs["spec"]["resources"]["requests"]["storage"] == "10Ti"
@@ -497,14 +509,28 @@ def test_tagged_prebuilt_image_is_allowed_with_a_warning() -> None:
 
 
 @pytest.mark.parametrize(
-    ("wait_for", "annotations"),
-    [("none", {"pulumi.com/skipAwait": "true"}), ("created", None)],
+    ("wait_for", "annotations", "hooked"),
+    [
+        ("none", {"pulumi.com/skipAwait": "true"}, False),
+        ("created", {}, False),
+        ("running", {}, True),
+        ("succeeded", {}, True),
+    ],
 )
-def test_wait_for_annotations(wait_for: str, annotations: dict[str, str] | None) -> None:
+def test_wait_for_annotations_and_hooks(
+    wait_for: str, annotations: dict[str, str], hooked: bool
+) -> None:
+    """`running` and `succeeded` are waited for by the job's after-create and after-update
+    hooks, never by the provider (no await annotation, no custom timeouts)."""
     result = run_program("dev", overrides={"job": {"waitFor": wait_for}})
     assert result.error is None
-    assert result.one(JOB).inputs["metadata"].get("annotations") == annotations
-    assert result.one(JOB).custom_timeouts == {}
+    job = result.one(JOB)
+    assert job.inputs["metadata"]["annotations"] == {**FIELD_MANAGER_ONLY, **annotations}
+    assert job.custom_timeouts == {}
+    expected = ["training-job-outcome"] if hooked else []
+    assert job.hooks.get("after_create", []) == expected
+    assert job.hooks.get("after_update", []) == expected
+    assert set(job.hooks) <= {"after_create", "after_update"}
 
 
 def test_preview_with_unknown_image_digest() -> None:

@@ -67,9 +67,11 @@ def test_defaults_match_the_tutorial_run() -> None:
         "4",
         "16Gi",
         "created",
-        "None",
+        "Running",
     )
-    assert job.ttl_seconds_after_finished is None and job.active_deadline_seconds is None
+    # ExitCode recreates a pod that exits 128+ without a count: a week's deadline bounds it.
+    assert (job.restart_policy, job.active_deadline_seconds) == ("ExitCode", 7 * 24 * 3600)
+    assert job.ttl_seconds_after_finished is None
 
 
 def test_derived_values() -> None:
@@ -175,6 +177,13 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
     ("job-name-long", with_values(job={"name": "a" * 49}), None, "job.name"),
     ("bad-wait", with_values(job={"waitFor": "done"}), None, "job.waitFor"),
     ("bad-clean", with_values(job={"cleanPodPolicy": "all"}), None, "job.cleanPodPolicy"),
+    ("bad-restart", with_values(job={"restartPolicy": "Always"}), None, "job.restartPolicy"),
+    (
+        "zero-deadline",
+        with_values(job={"activeDeadlineSeconds": 0}),
+        None,
+        "job.activeDeadlineSeconds",
+    ),
     ("bad-cpu", with_values(job={"cpu": "4 cores"}), None, "job.cpu"),
     ("zero-memory", with_values(job={"memory": "0Gi"}), None, "job.memory"),
     (

@@ -138,6 +138,20 @@ class Result:
         ]
 
 
+def read_events(path: Path) -> list[EngineEvent]:
+    """The engine events of one command. A CLI that dies mid-write (a fault scenario kills it)
+    leaves its last line cut short: that line is not an event."""
+    lines = [line for line in path.read_text().splitlines() if line]
+    events = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            events.append(EngineEvent.from_json(json.loads(line)))
+        except json.JSONDecodeError:
+            if number != len(lines):
+                raise
+    return events
+
+
 @dataclass
 class Project:
     """A copy of the project directory, with the stack's virtualenv, the policy pack, the CLI's
@@ -207,8 +221,7 @@ class Stack:
         output = done.stdout + done.stderr
         events = []
         if events_file.exists():
-            lines = events_file.read_text().splitlines()
-            events = [EngineEvent.from_json(json.loads(line)) for line in lines if line]
+            events = read_events(events_file)
             events_file.unlink()
         result = Result(done.returncode, output, events)
         if check:
@@ -266,6 +279,10 @@ def project(
             shutil.copy(source, work_dir / name)
     (work_dir / "scripts").mkdir()
     shutil.copy(REPO_ROOT / "scripts" / "pulumi-stack.sh", work_dir / "scripts")
+    # The module the script hands each command to (stale locks, pending operations, failures).
+    (work_dir / "tools").mkdir()
+    for name in ("__init__.py", "pulumi_run.py"):
+        shutil.copy(REPO_ROOT / "tools" / name, work_dir / "tools")
     # The pack with the virtualenv `make policy-venv` creates; its rules and configs are copied.
     subprocess.run(["make", "--no-print-directory", "policy-venv"], cwd=REPO_ROOT, check=True)
     shutil.copytree(

@@ -120,3 +120,79 @@ def test_values_unknown_during_preview_do_not_fire() -> None:
     job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = UNKNOWN
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] = UNKNOWN
     assert check(job) == []
+
+
+def elastic_job(*, workers: int = 3, minimum: int = 1, maximum: int = 3) -> dict:
+    """An elastic job as the operator's examples write it: Workers only, c10d."""
+    job = samples.pytorchjob(workers=workers)
+    del job["spec"]["pytorchReplicaSpecs"]["Master"]
+    job["spec"]["elasticPolicy"] = {
+        "minReplicas": minimum,
+        "maxReplicas": maximum,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 3,
+    }
+    return job
+
+
+def test_an_elastic_job_of_workers_only_passes() -> None:
+    assert check(elastic_job()) == []
+    job = elastic_job()
+    job["spec"]["runPolicy"] = {"schedulingPolicy": {"minAvailable": 1}}
+    assert check(job) == []
+
+
+def test_an_elastic_job_without_workers_fires() -> None:
+    job = elastic_job()
+    job["spec"]["pytorchReplicaSpecs"] = {"Master": samples.replica(replicas=1)}
+    job["spec"]["elasticPolicy"]["maxReplicas"] = 1
+    assert check(job) == [
+        "spec.pytorchReplicaSpecs.Worker is missing: the operator requires it with "
+        "spec.elasticPolicy (the rendezvous runs on the job's worker-0)"
+    ]
+
+
+def test_the_deprecated_nproc_per_node_beside_the_spec_s_fires() -> None:
+    job = elastic_job()
+    job["spec"]["elasticPolicy"]["nProcPerNode"] = 1
+    assert check(job) == [
+        "spec.elasticPolicy.nProcPerNode must not be used with spec.nprocPerNode "
+        "(it is deprecated: set spec.nprocPerNode alone)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"minReplicas": 3, "maxReplicas": 2},
+            "spec.elasticPolicy.minReplicas 3 exceeds maxReplicas 2",
+        ),
+        ({"minReplicas": 0}, "spec.elasticPolicy.minReplicas is 0; at least 1 node trains"),
+        ({"maxReplicas": 4}, "spec.elasticPolicy.maxReplicas 4 exceeds the job's 3 pods"),
+        ({"rdzvBackend": "zookeeper"}, "spec.elasticPolicy.rdzvBackend is 'zookeeper' (allowed"),
+    ],
+)
+def test_a_node_range_or_backend_that_cannot_work_fires(change: dict, expected: str) -> None:
+    job = elastic_job()
+    job["spec"]["elasticPolicy"].update(change)
+    messages = check(job)
+    assert len(messages) == 1 and messages[0].startswith(expected), messages
+
+
+def test_a_gang_minimum_above_the_fewest_nodes_fires() -> None:
+    job = elastic_job(minimum=2)
+    job["spec"]["runPolicy"] = {"schedulingPolicy": {"minAvailable": 3}}
+    assert check(job) == [
+        "spec.runPolicy.schedulingPolicy.minAvailable 3 exceeds spec.elasticPolicy.minReplicas "
+        "2: a gang scheduler would hold the job until 3 pods fit, though it trains on 2"
+    ]
+
+
+def test_an_elastic_policy_unknown_during_preview_does_not_fire() -> None:
+    job = elastic_job()
+    job["spec"]["elasticPolicy"] = UNKNOWN
+    assert check(job) == []
+    job = elastic_job()
+    job["spec"]["elasticPolicy"]["minReplicas"] = UNKNOWN
+    assert check(job) == []

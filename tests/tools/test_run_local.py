@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from components.manifests import pytorchjob_manifest
-from components.settings import SettingsError, load_stack_file
+from components.settings import ElasticSettings, SettingsError, StackSettings, load_stack_file
 from tests.conftest import committed_epochs, wait_for_runner
 from tools import procs
 from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
@@ -151,7 +152,13 @@ def files_under(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def committed_run(directory: Path, *, dataset_size: int = 256, world_size: int = 2) -> None:
+def committed_run(
+    directory: Path,
+    *,
+    dataset_size: int = 256,
+    world_size: int = 2,
+    global_batch: int | None = None,
+) -> None:
     """`directory` as a dev-job run with these settings leaves it: one committed checkpoint,
     written by the trainer's own store and config, no training needed."""
     from trainer.checkpoint import CheckpointStore
@@ -168,6 +175,7 @@ def committed_run(directory: Path, *, dataset_size: int = 256, world_size: int =
         world_size=world_size,
         config_fingerprint=config.fingerprint(),
         config=config.semantic_config(),
+        global_batch=global_batch,
     ).to_state()
     CheckpointStore(directory, keep=2).commit(state, epochs=2, step=0)
 
@@ -229,19 +237,60 @@ def test_each_replica_gets_the_operator_env_with_a_local_rendezvous(
         assert command.restart_policy == "OnFailure"
 
 
-def test_an_elastic_job_is_refused_naming_the_reason(tmp_path: Path) -> None:
-    job = pytorchjob_manifest(load_stack_file("dev", REPO_ROOT), image="local")
-    job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 2}
+def elastic_dev(min_nodes: int = 1) -> StackSettings:
+    """The dev stack made elastic: its 2 pods, training on 1 or 2 of them."""
+    settings = load_stack_file("dev", REPO_ROOT)
+    job = dataclasses.replace(settings.job, elastic=ElasticSettings(min_nodes=min_nodes))
+    return dataclasses.replace(settings, job=job)
 
-    with pytest.raises(LocalRunError, match=r"spec\.elasticPolicy: the local runner emulates"):
-        replica_commands(
-            job,
-            namespace="default",
-            checkpoint_root=tmp_path,
-            repo_root=REPO_ROOT,
-            master_port=4321,
-            visible_devices=["", ""],
-        )
+
+def test_an_elastic_job_runs_as_agents_of_a_loopback_rendezvous_on_worker_0(
+    tmp_path: Path,
+) -> None:
+    job = pytorchjob_manifest(elastic_dev(), image="local")
+
+    commands, _ = replica_commands(
+        job,
+        namespace="default",
+        checkpoint_root=tmp_path,
+        repo_root=REPO_ROOT,
+        master_port=4321,
+        visible_devices=["", ""],
+    )
+
+    assert [command.name for command in commands] == [WORKER, f"{JOB}-worker-1"]
+    for index, command in enumerate(commands):
+        expected = {
+            "PET_RDZV_ENDPOINT": "127.0.0.1:4321",  # stands in for ddp-dev-worker-0:23456
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_NNODES": "1:2",
+            "PET_MAX_RESTARTS": "3",
+            "PET_LOCAL_ADDR": "127.0.0.1",
+            "PET_RDZV_CONF": f"is_host={int(index == 0)}",  # the store on worker-0's agent
+        }
+        assert {key: command.env.get(key) for key in expected} == expected
+        assert "MASTER_ADDR" not in command.env and "PET_NODE_RANK" not in command.env
+        args = command.argv[command.argv.index("--") + 1 :]
+        assert args[args.index("--global-batch-size") + 1] == "64"  # 32 x 2 pods x 1 process
+
+
+def test_an_elastic_job_in_containers_is_one_line_naming_the_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    (tmp_path / "Pulumi.elastic.yaml").write_text(
+        dev.replace("    backoffLimit: 3", "    backoffLimit: 3\n    elastic:\n      minNodes: 1")
+    )
+    line = refused(
+        capsys,
+        *("--stack", "elastic", "--checkpoint-root", str(tmp_path / "claim")),
+        *("--backend", "container"),
+        stack_dir=tmp_path,
+    )
+    assert line == (
+        "error: job.elastic: --backend container runs jobs of a fixed size only; run an elastic "
+        "stack with --backend process (its agents re-form the group on loopback)"
+    )
 
 
 def test_container_paths_map_to_the_checkout_and_the_local_claim(tmp_path: Path) -> None:
@@ -384,17 +433,28 @@ def test_checkpoints_of_another_dataset_size_are_refused_naming_the_flag(
     assert line.startswith("error: job.datasetSize = 1024: the checkpoints in"), line
 
 
-def test_checkpoints_of_another_world_size_are_refused(
+def test_checkpoints_of_another_world_size_pass_the_preflight(tmp_path: Path) -> None:
+    """A checkpoint resumes on any world size with its own global batch (here 32 x 4)."""
+    from tools.run_local import preflight
+
+    committed_run(tmp_path / JOB, world_size=4)
+    settings = apply_overrides(load_stack_file("dev", REPO_ROOT), overrides(dataset_size=256))
+    job = pytorchjob_manifest(settings, image="local")
+    args = argparse.Namespace(**vars(overrides(dataset_size=256)), backend="process")
+    preflight(job, settings, args, checkpoint_root=tmp_path, repo_root=REPO_ROOT)
+
+
+def test_more_processes_than_a_checkpoints_global_batch_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    committed_run(tmp_path / JOB, world_size=4)
+    committed_run(tmp_path / JOB, world_size=1, global_batch=1)
     before = files_under(tmp_path)
     line = refused(
         capsys, "--stack", "dev", "--checkpoint-root", str(tmp_path), "--dataset-size", "256"
     )
     assert line.startswith(
         f"error: job.nodes x job.gpusPerNode = 2 processes: the checkpoints in {tmp_path / JOB} "
-        "were written by 4 processes"
+        "belong to a run whose global batch of 1 samples per step at most 1 processes can share"
     ), line
     assert files_under(tmp_path) == before
 

@@ -22,7 +22,7 @@ import torch
 
 from tests.conftest import REPO_ROOT, pick_free_port
 from tools import procs
-from trainer.checkpoint import CheckpointError, describe, read_manifest
+from trainer.checkpoint import CheckpointError, CheckpointStore, describe
 from trainer.checkpoint_schema import TrainingCheckpoint
 
 PYTHON = sys.executable
@@ -46,18 +46,27 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def torchrun_command(
-    args: Sequence[str], nproc: int = 2, launcher: Sequence[str] = TORCHRUN
+    args: Sequence[str],
+    nproc: int = 2,
+    launcher: Sequence[str] = TORCHRUN,
+    *,
+    node: tuple[int, int, int] | None = None,
 ) -> list[str]:
+    """`node`: (node rank, node count, master port) for one of several torchruns that form one
+    job, as each pod of a PyTorchJob runs its own; else a single-node job on a free port."""
+    node_rank, nodes, port = node if node is not None else (0, 1, pick_free_port())
     return [
         *launcher,
         "--nnodes",
-        "1",
+        str(nodes),
+        "--node-rank",
+        str(node_rank),
         "--nproc-per-node",
         str(nproc),
         "--master-addr",
         "127.0.0.1",
         "--master-port",
-        str(pick_free_port()),
+        str(port),
         "-m",
         "trainer",
         *args,
@@ -104,11 +113,14 @@ class Background:
         log: Path,
         env: dict[str, str] | None = None,
         launcher: Sequence[str] = LAUNCH,
+        *,
+        nproc: int = 2,
+        node: tuple[int, int, int] | None = None,
     ) -> None:
         self.log = log
         self._handle = log.open("w")
         self.process = subprocess.Popen(
-            torchrun_command(args, launcher=launcher),
+            torchrun_command(args, nproc, launcher, node=node),
             cwd=REPO_ROOT,
             env=trainer_env(env),
             stdout=self._handle,
@@ -157,7 +169,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOU
 
 def manifest_epochs(directory: Path) -> list[tuple[int, int]]:
     try:
-        entries = read_manifest(directory)
+        entries = CheckpointStore(directory).manifest()
     except CheckpointError:
         return []
     return [(entry.epochs_completed, entry.step_in_epoch) for entry in entries]

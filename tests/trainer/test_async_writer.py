@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
 
@@ -22,7 +24,6 @@ from trainer.checkpoint import (
     CheckpointEntry,
     CheckpointError,
     CheckpointStore,
-    read_manifest,
 )
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
 
@@ -129,7 +130,7 @@ def test_without_shared_memory_a_thread_commits_through_the_store(
     def no_shared_memory(_value: Any) -> None:
         raise OSError("No space left on device (a 64 MB /dev/shm)")
 
-    monkeypatch.setattr(trainer.async_writer, "_share", no_shared_memory)
+    monkeypatch.setattr(trainer.async_writer, "move_to_shared_memory", no_shared_memory)
     store = RecordingStore(tmp_path, 2)
     writer = CheckpointWriter(store, background_min_bytes=0)
     writer.prepare(fake_state(0.0, 0))  # starts the writer process, then cannot stage for it
@@ -144,7 +145,7 @@ def test_without_shared_memory_a_thread_commits_through_the_store(
     writer.close()
     # In the background past the page cache; the final save inline, through it.
     assert store.commits == [(1, 3, "checkpoint-writer", True), (2, 0, "MainThread", False)]
-    assert [(e.epochs_completed, e.step_in_epoch) for e in read_manifest(tmp_path)] == [
+    assert [(e.epochs_completed, e.step_in_epoch) for e in store.manifest()] == [
         (1, 3),
         (2, 0),
     ]
@@ -152,7 +153,7 @@ def test_without_shared_memory_a_thread_commits_through_the_store(
         torch.load(tmp_path / "checkpoint-e000001-s000003.pt", weights_only=True)
     )
     assert torch.equal(first.model_state["weight"], torch.full((4, 3), 1.0))
-    assert writer.last_committed == read_manifest(tmp_path)[-1]
+    assert writer.last_committed == store.manifest()[-1]
 
 
 def test_closing_with_the_writers_ready_unread_ends_it_cleanly(
@@ -177,7 +178,11 @@ def test_a_stop_signal_while_the_writer_starts_does_not_kill_it(tmp_path: Path) 
     writer = CheckpointWriter(CheckpointStore(tmp_path, 2), background_min_bytes=0)
     writer.prepare(fake_state(1.0, 1))
     process = writer._process
-    os.kill(process.pid, signal.SIGTERM)  # seconds before its imports are done
+    # Once trainer/writer-python.sh has exec'd the interpreter (a shell's first instant after
+    # the fork is the one unprotected moment), and seconds before its imports are done.
+    interpreter = os.path.realpath(sys.executable)
+    wait_until(lambda: psutil.Process(process.pid).exe() == interpreter, "the interpreter")
+    os.kill(process.pid, signal.SIGTERM)
     wait_until(writer.writer_ready, "the writer process to start")
     assert writer.writer_started, "the writer process died; a thread stands in for it"
     writer.save(fake_state(2.0, 2), epochs_completed=2, step_in_epoch=0)

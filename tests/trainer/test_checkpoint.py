@@ -38,10 +38,7 @@ from trainer.checkpoint import (
     CheckpointError,
     CheckpointStore,
     describe,
-    find_resumable,
     model_sha256,
-    read_manifest,
-    set_aside_skipped,
 )
 from trainer.checkpoint_schema import EPOCHS_RUN, LEGACY_DATA_STATE, MODEL_STATE
 
@@ -78,7 +75,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
     else:
         data[len(data) // 2] ^= 0xFF
         newest.write_bytes(data)
-    found = find_resumable(tmp_path)
+    found = CheckpointStore(tmp_path).find_resumable()
     assert found is not None
     assert found.entry.epochs_completed == 1
     assert "truncated" in found.skipped[0] or "sha256" in found.skipped[0]
@@ -89,7 +86,7 @@ def test_no_usable_checkpoint_is_an_error_not_a_fresh_start(tmp_path: Path) -> N
     for path in tmp_path.glob("checkpoint-*"):
         path.write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="no usable checkpoint"):
-        find_resumable(tmp_path)
+        CheckpointStore(tmp_path).find_resumable()
 
 
 def test_model_hash_tracks_every_bit() -> None:
@@ -157,18 +154,18 @@ def test_a_fallback_rewrites_the_manifest_so_retention_keeps_the_good_one(tmp_pa
     save_all(tmp_path, [1, 2, 3], keep=3)
     newest = tmp_path / "checkpoint-e000003-s000000.pt"
     newest.write_bytes(newest.read_bytes()[:100])
-    found = find_resumable(tmp_path)
+    found = CheckpointStore(tmp_path).find_resumable()
     assert found is not None and found.entry.epochs_completed == 2
 
-    moved = set_aside_skipped(tmp_path, found)
+    moved = CheckpointStore(tmp_path).set_aside(found)
 
     assert moved == [tmp_path / REJECTED_DIR / newest.name]  # kept for a post-mortem
     assert not newest.exists()
-    assert [e.epochs_completed for e in read_manifest(tmp_path)] == [1, 2]
+    assert [e.epochs_completed for e in CheckpointStore(tmp_path).manifest()] == [1, 2]
     assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)[EPOCHS_RUN] == 2
     # Training goes on with keep=2: retention drops epoch 1, never the checkpoint resumed from.
     CheckpointStore(tmp_path, 2).commit(fake_state(4.0, 4), 4, 0)
-    assert [e.epochs_completed for e in read_manifest(tmp_path)] == [2, 4]
+    assert [e.epochs_completed for e in CheckpointStore(tmp_path).manifest()] == [2, 4]
     assert (tmp_path / "checkpoint-e000002-s000000.pt").is_file()
 
 
@@ -192,11 +189,11 @@ def test_verifying_and_loading_a_checkpoint_reads_it_once(tmp_path: Path) -> Non
     state = fake_state(1.0, 1)
     state[MODEL_STATE]["weight"] = torch.randn(2 << 20)  # 8 MB, dwarfs everything else read
     CheckpointStore(tmp_path, 2).commit(state, 1, 0)
-    entry = read_manifest(tmp_path)[0]
+    entry = CheckpointStore(tmp_path).manifest()[0]
     _evict_from_page_cache(tmp_path / entry.file)
 
     before = _io_counters()
-    found = find_resumable(tmp_path)
+    found = CheckpointStore(tmp_path).find_resumable()
     after = _io_counters()
     from_storage = after["read_bytes"] - before["read_bytes"]
     through_read = after["rchar"] - before["rchar"]
@@ -222,7 +219,7 @@ def test_a_checkpoint_written_before_data_state_was_dropped_still_resumes(tmp_pa
     # must keep loading, and what this trainer writes no longer carries the key.
     legacy = {**fake_state(3.0, 3), LEGACY_DATA_STATE: {"seed": 0, "epoch": 3}}
     CheckpointStore(tmp_path, 2).commit(legacy, 3, 0)
-    found = find_resumable(tmp_path)
+    found = CheckpointStore(tmp_path).find_resumable()
     assert found is not None and found.checkpoint.epochs_run == 3
     assert torch.equal(found.checkpoint.model_state["weight"], torch.full((4, 3), 3.0))
     assert describe(tmp_path)["epochs_completed"] == 3
@@ -283,7 +280,7 @@ def test_a_direct_write_is_the_same_checkpoint_and_leaves_the_page_cache_alone(
     path = tmp_path / entry.file
     data = path.read_bytes()
     assert (entry.size, entry.sha256) == (len(data), hashlib.sha256(data).hexdigest())
-    found = find_resumable(tmp_path)
+    found = CheckpointStore(tmp_path).find_resumable()
     assert found is not None
     assert torch.equal(found.checkpoint.model_state["weight"], state[MODEL_STATE]["weight"])
     # Tensor bytes start on a block boundary, so they can go to the device with no copy.

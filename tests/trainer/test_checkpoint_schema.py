@@ -54,8 +54,10 @@ def test_the_on_disk_keys_do_not_change() -> None:
         "CONFIG",
         "CONFIG_FINGERPRINT",
         "ORIGIN",
+        "GLOBAL_BATCH",
+        "EPOCH_POSITION",
     }
-    assert FORMAT_VERSION == 1
+    assert FORMAT_VERSION == 2
 
 
 def test_to_state_and_from_state_round_trip_without_copying_tensors() -> None:
@@ -82,6 +84,37 @@ def test_files_of_earlier_trainers_and_other_tools_read() -> None:
     assert LEGACY_DATA_STATE not in read.to_state()
 
 
+def test_a_version_1_file_knows_its_global_batch_from_its_config() -> None:
+    # Version 1 files hold neither GLOBAL_BATCH nor EPOCH_POSITION: their global batch was the
+    # per-rank batch times the world size.
+    state = full_checkpoint().to_state()
+    state.update({FORMAT_VERSION_KEY: 1, "CONFIG": {"batch_size": 16}})
+    del state["GLOBAL_BATCH"], state["EPOCH_POSITION"]
+    read = TrainingCheckpoint.from_state(state)
+    assert (read.run_global_batch(), read.epoch_position) == (32, None)
+    written = TrainingCheckpoint.from_state({**state, "GLOBAL_BATCH": 48, "EPOCH_POSITION": 96})
+    assert (written.run_global_batch(), written.epoch_position) == (48, 96)
+
+
+def test_another_world_size_gets_the_rng_streams_round_robin_and_the_loss_once() -> None:
+    states = [
+        RankState({"torch": torch.tensor([rank])}, 1.5 * rank, 10 + rank) for rank in range(2)
+    ]
+    checkpoint = TrainingCheckpoint(
+        model_state={},
+        epochs_run=1,
+        world_size=2,
+        config_fingerprint="f",
+        per_rank=[item.to_state() for item in states],
+    )
+    assert checkpoint.rank_state(1, 2) == states[1]  # the same world size: its own
+    on_three = [checkpoint.rank_state(rank, 3) for rank in range(3)]
+    assert [int(item.rng["torch"]) for item in on_three] == [0, 1, 0]
+    assert [(item.loss_sum, item.samples) for item in on_three] == [(1.5, 21), (0.0, 0), (0.0, 0)]
+    alone = checkpoint.rank_state(0, 1)
+    assert (int(alone.rng["torch"]), alone.loss_sum, alone.samples) == (0, 1.5, 21)
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -89,7 +122,7 @@ def test_files_of_earlier_trainers_and_other_tools_read() -> None:
         (lambda state: [state.pop(WORLD_SIZE), state.pop(MODEL_STATE)], "lacks MODEL_STATE, WORLD"),
         (
             lambda state: state.update({FORMAT_VERSION_KEY: FORMAT_VERSION + 1}),
-            f"ckpt.pt has format version {FORMAT_VERSION + 1}, this trainer reads up to 1",
+            f"ckpt.pt has format version {FORMAT_VERSION + 1}, this trainer reads up to 2",
         ),
     ],
 )

@@ -127,3 +127,34 @@ def test_a_rank_outside_the_world_size_is_refused_before_launching() -> None:
     done = run_entrypoint(["--", "10", "5"], {"WORLD_SIZE": "2", "RANK": "2"})
     assert done.returncode == 2
     assert "RANK must be the pod's index (0..1) when PET_NNODES is unset, got '2'" in done.stderr
+
+
+@pytest.mark.slow
+def test_an_elastic_pod_joins_the_c10d_rendezvous_the_operator_names(tmp_path: Path) -> None:
+    """elasticPolicy's variables: torchrun as an agent of the c10d rendezvous (here one node of
+    at most two, alone on loopback), the restarts from PET_MAX_RESTARTS."""
+    env = {
+        "PET_NNODES": "1:2",
+        "PET_NPROC_PER_NODE": "2",
+        "PET_RDZV_ENDPOINT": f"127.0.0.1:{pick_free_port()}",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_MAX_RESTARTS": "4",
+        "PET_RDZV_CONF": "last_call_timeout=1",  # alone: close the rendezvous at once
+        "PET_LOCAL_ADDR": "127.0.0.1",
+    }
+    done = run_entrypoint(
+        ["2", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"], env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "torchrun elastic nnodes=1:2 nproc_per_node=2" in done.stderr
+    assert f"rendezvous=c10d@{env['PET_RDZV_ENDPOINT']} max_restarts=4" in done.stderr
+    info = inspect(tmp_path)
+    assert info["world_size"] == 2 and info["epochs_completed"] == 2
+
+
+def test_an_elastic_node_range_that_is_not_one_is_refused_before_launching() -> None:
+    done = run_entrypoint(["--", "10", "5"], {"PET_RDZV_ENDPOINT": "x:1", "PET_NNODES": "2-4"})
+    assert done.returncode == 2
+    assert "PET_NNODES must be N or MIN:MAX (nodes, >= 1) with PET_RDZV_ENDPOINT, got '2-4'" in (
+        done.stderr
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import pick_free_port
 from tests.trainer.conftest import (
     LAUNCH,
     SAVE_EVERY,
@@ -24,12 +25,11 @@ from tests.trainer.conftest import (
 )
 from trainer.checkpoint import CheckpointError
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
-from trainer.cli import UsageError, parse_config
+from trainer.cli import EXIT_PEER_LOST, UsageError, parse_config
 from trainer.distributed import DistContext
-from trainer.loop import EpochLoss
-from trainer.metrics import read_metrics
+from trainer.metrics import EpochLoss, read_metrics
 from trainer.plot import loss_curve
-from trainer.resume import ResumeRefusedError, choose
+from trainer.resume import ResumeRefusedError, choose_resume_point
 
 RANK0 = DistContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), backend="")
 
@@ -160,13 +160,16 @@ def test_a_signal_to_one_rank_stops_every_rank_and_none_reports_success(
     assert inspect(directory)["model_sha256"] == inspect(reference_run)["model_sha256"]
 
 
-def test_a_different_world_size_is_refused_naming_both(reference_copy: Path) -> None:
+def test_another_global_batch_is_refused_in_one_line_naming_both(reference_copy: Path) -> None:
+    # Any world size resumes (tests/trainer/test_resume_world_size.py); the global batch not.
     before = (reference_copy / "manifest.json").read_text()
-    finished = run_trainer(reference_args(reference_copy, total=300), nproc=1, launcher=LAUNCH)
+    args = [*reference_args(reference_copy, total=300), "--global-batch-size", "128"]
+    finished = run_trainer(args, nproc=1, launcher=LAUNCH)
     assert finished.returncode == 2, finished.output  # permanent: a restart cannot fix it
     errors = [line for line in finished.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, finished.output
-    assert "written with world size 2, but this run has world size 1" in errors[0]
+    assert "global batch of 64 samples per step" in errors[0]
+    assert "--global-batch-size 128" in errors[0]
     assert "Traceback" not in finished.output
     assert (reference_copy / "manifest.json").read_text() == before
 
@@ -186,13 +189,13 @@ def test_a_different_config_is_one_line_from_rank_0(reference_copy: Path) -> Non
 def test_a_different_config_is_refused_naming_both(reference_run: Path) -> None:
     config = parse_config([*reference_args(reference_run), "--seed", "7"])
     with pytest.raises(ResumeRefusedError) as refused:
-        choose(RANK0, config)
+        choose_resume_point(RANK0, config)
     message = str(refused.value)
     assert "'seed': 0" in message and "'seed': 7" in message
     assert f"--init-from {reference_run} --checkpoint-dir NEW_DIR" in message  # the way out
     # Extending a finished run (more epochs) is the same config and is accepted.
     longer = parse_config(reference_args(reference_run, total=400))
-    assert choose(RANK0, longer)[0].epochs_completed == TOTAL_EPOCHS
+    assert choose_resume_point(RANK0, longer)[0].epochs_completed == TOTAL_EPOCHS
 
 
 def test_warm_start_from_a_finished_run_with_another_batch_size(
@@ -241,17 +244,17 @@ def test_warm_start_from_a_corrupt_source_is_a_clear_error(
     new_dir = tmp_path / "new"
     config = parse_config(["10", "5", "--checkpoint-dir", str(new_dir), "--init-from", str(newest)])
     with pytest.raises(CheckpointError, match=f"--init-from {newest}: .*truncated"):
-        choose(RANK0, config)
+        choose_resume_point(RANK0, config)
     # A directory falls back to its newest checkpoint that verifies.
     config = parse_config(
         ["10", "5", "--checkpoint-dir", str(new_dir), "--init-from", str(reference_copy)]
     )
-    point, _ = choose(RANK0, config)
+    point, _ = choose_resume_point(RANK0, config)
     assert point.origin is not None and point.origin["epochs_completed"] == 200
     for path in reference_copy.glob("checkpoint-*.pt"):
         path.write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="no usable checkpoint"):
-        choose(RANK0, config)
+        choose_resume_point(RANK0, config)
 
 
 @pytest.mark.slow
@@ -284,3 +287,33 @@ def test_epoch_loss_folds_exactly_like_a_float64_add_per_step() -> None:
         if index == 20:
             assert folded.total() == reference.item()  # a checkpoint mid-epoch reads it
     assert folded.total() == reference.item()
+
+
+def test_a_rank_that_loses_its_peer_exits_with_the_code_that_restarts_its_pod(
+    tmp_path: Path,
+) -> None:
+    """Two torchruns of one rank each, as two pods of a PyTorchJob run: when one is killed (a
+    deleted pod, a lost node) the other's collective fails; under restartPolicy ExitCode its exit
+    code must be one that recreates the pod (128 and up), not 1, which fails the whole job."""
+    directory = tmp_path / "ckpt"
+    port = pick_free_port()
+    nodes = [
+        Background(
+            reference_args(directory),
+            tmp_path / f"node{rank}.log",
+            env=SLOW_COMMITS,
+            nproc=1,
+            node=(rank, 2, port),
+        )
+        for rank in (0, 1)
+    ]
+    wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    nodes[1].kill_all()
+    killed = nodes[1].wait()
+    survivor = nodes[0].wait()
+
+    assert killed.returncode == -signal.SIGKILL
+    assert survivor.returncode == EXIT_PEER_LOST >= 128, survivor.output
+    assert "error: rank 0 lost a peer (" in survivor.output, survivor.output
+    assert "Traceback" not in survivor.output, survivor.output
+    assert inspect(directory)["epochs_completed"] >= SAVE_EVERY

@@ -1,0 +1,268 @@
+"""A PyTorchJob and its pods read from the API server, waited on, and followed.
+
+Why here and not in the provider: pulumi-kubernetes 4.25 waits on a custom resource only for a
+`pulumi.com/waitFor` condition and cannot fail when another one (Failed) becomes true, so the job's
+resource hooks (components/job_outcome.py) and `make status` (tools/status.py) watch it
+themselves, with the official Kubernetes client, through the kubeconfig and context the stack's
+Kubernetes provider uses (KUBECONFIG, else ~/.kube/config; in a pod, its service account).
+
+Waiting is a watch on the job object, so an operator's status update (Failed above all) is seen
+within a second; pods are read again on every change of the job and at least every
+WINDOW_SECONDS, since a pod stuck pulling its image changes nothing in the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from components.job_state import (
+    CONTAINER,
+    GROUP,
+    JOB_NAME_LABEL,
+    KIND,
+    LOG_LINES,
+    PLURAL,
+    VERSION,
+    JobState,
+    Replica,
+    job_state,
+)
+
+WINDOW_SECONDS = 20
+# Consecutive failed reads of the API server before a wait gives up (a few minutes of retries).
+MAX_API_ERRORS = 30
+EVENTS_SHOWN = 10
+
+
+class JobWatchError(RuntimeError):
+    """The job cannot be watched (no kubeconfig, API server unreachable, job deleted)."""
+
+
+class WaitTimeoutError(JobWatchError):
+    def __init__(self, message: str, state: JobState) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+def api_errors() -> tuple[type[Exception], ...]:
+    """What a call of the Kubernetes client raises when the API server fails or refuses."""
+    from kubernetes.client import ApiException
+    from urllib3.exceptions import HTTPError
+
+    return ApiException, HTTPError, OSError
+
+
+def api_client(context: str | None) -> Any:
+    """An ApiClient for `context` of the kubeconfig the Kubernetes provider would read."""
+    from kubernetes import config
+
+    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    exists = any(Path(p).expanduser().is_file() for p in kubeconfig.split(os.pathsep) if p)
+    try:
+        if not exists and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = config.incluster_config.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            from kubernetes.client import ApiClient
+
+            return ApiClient(configuration)
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    except (config.ConfigException, OSError, ValueError) as error:
+        where = f"context {context!r} of " if context else ""
+        raise JobWatchError(f"cannot load {where}kubeconfig {kubeconfig}: {error}") from None
+
+
+class JobWatch:
+    """One PyTorchJob (namespace/name) on one cluster."""
+
+    def __init__(self, api: Any, namespace: str, name: str) -> None:
+        from kubernetes import client
+
+        self.namespace, self.name = namespace, name
+        self._api = api
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+
+    @classmethod
+    def connect(cls, context: str | None, namespace: str, name: str) -> JobWatch:
+        return cls(api_client(context), namespace, name)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def job(self) -> dict[str, Any] | None:
+        from kubernetes.client import ApiException
+
+        try:
+            return self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def pods(self) -> list[dict[str, Any]]:
+        response = self._core.list_namespaced_pod(
+            self.namespace,
+            label_selector=f"{JOB_NAME_LABEL}={self.name}",
+            _preload_content=False,
+        )
+        return list(json.loads(response.data).get("items") or [])
+
+    def state(self, job: dict[str, Any] | None = None) -> JobState | None:
+        """The job and its pods now; None when there is no such job."""
+        job = job if job is not None else self.job()
+        return None if job is None else job_state(job, self.pods())
+
+    def events(self, state: JobState, limit: int = EVENTS_SHOWN) -> list[dict[str, Any]]:
+        """This job's newest events (the operator's: pods created, exited, recreated), not
+        those of an earlier job of the same name."""
+        response = self._core.list_namespaced_event(
+            self.namespace,
+            field_selector=f"involvedObject.kind={KIND},involvedObject.uid={state.uid}",
+            _preload_content=False,
+        )
+        events = json.loads(response.data).get("items") or []
+        # Timestamps have whole seconds; the resource version orders events within one.
+        events.sort(
+            key=lambda e: (
+                str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+                int(str((e.get("metadata") or {}).get("resourceVersion") or 0)),
+            )
+        )
+        return events[-limit:]
+
+    def log_tail(self, replica: Replica, lines: int = LOG_LINES) -> list[str] | str:
+        """The last `lines` lines the failed container wrote, or why the API server has none (a
+        deleted pod, a node that does not serve logs). Under OnFailure the container may have
+        been restarted since: then the previous instance's log holds the failure."""
+        from kubernetes.client import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            text = self._core.read_namespaced_pod_log(
+                replica.pod,
+                self.namespace,
+                container=CONTAINER,
+                tail_lines=lines,
+                previous=not replica.exited_now and replica.restarts > 0,
+                _request_timeout=30,
+            )
+        except ApiException as error:
+            return f"the API server could not get it ({error.status} {error.reason})"
+        except HTTPError as error:
+            return f"the API server could not get it ({error})"
+        return str(text).splitlines()[-lines:] or "the log is empty"
+
+    def follow_log(self, pod: str, *, tail: int | None) -> Iterator[str]:
+        """The container's log as it is written, until the container ends; ApiException when
+        the API server cannot serve it."""
+        response = self._core.read_namespaced_pod_log(
+            pod,
+            self.namespace,
+            container=CONTAINER,
+            follow=True,
+            tail_lines=tail,
+            _preload_content=False,
+        )
+        try:
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=True):
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                for line in complete:
+                    yield line.decode(errors="replace").rstrip("\r")
+            if pending:
+                yield pending.decode(errors="replace")
+        finally:
+            response.release_conn()
+
+    # -- waiting ----------------------------------------------------------------------------------
+
+    def _next_change(self, resource_version: str, seconds: float) -> dict[str, Any] | None:
+        """Block until the job changes after `resource_version` or `seconds` pass; the deleted
+        job's last state when it was deleted, else None."""
+        from kubernetes import watch
+
+        stream = watch.Watch().stream(
+            self._custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            field_selector=f"metadata.name={self.name}",
+            resource_version=resource_version,
+            timeout_seconds=max(1, int(seconds)),
+            _request_timeout=seconds + 10,
+        )
+        for event in stream:
+            if event["type"] == "DELETED":
+                return dict(event["object"])
+            return None
+        return None
+
+    def wait(
+        self,
+        done: Callable[[JobState], bool],
+        *,
+        timeout: float | None = None,
+        on_change: Callable[[JobState], None] = lambda state: None,
+        describe: Callable[[JobState], object] = lambda state: "",
+    ) -> JobState:
+        """Watch the job until `done(state)`; `on_change` sees each state that `describe`
+        tells apart from the last. WaitTimeoutError after `timeout` seconds; JobWatchError
+        when the job is deleted first, or the API server stays unreachable."""
+        from kubernetes.client import ApiException
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        said: object = None
+        errors = 0
+        job: dict[str, Any] | None = None
+        while True:
+            try:
+                state = self.state(job)
+                if state is None:
+                    raise JobWatchError(
+                        f"PyTorchJob {self.namespace}/{self.name} does not exist (deleted?)"
+                    )
+                if describe(state) != said:
+                    said = describe(state)
+                    on_change(state)
+                if done(state):
+                    return state
+                if job is not None:  # the watch saw it deleted, and it had not finished
+                    raise JobWatchError(
+                        f"PyTorchJob {self.namespace}/{self.name} was deleted before it "
+                        f"finished (it was {state.phase})"
+                    )
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise WaitTimeoutError(
+                        f"PyTorchJob {self.namespace}/{self.name}: gave up after {timeout:.0f}s",
+                        state,
+                    )
+                window = WINDOW_SECONDS if left is None else min(WINDOW_SECONDS, left)
+                job = self._next_change(state.resource_version, window)
+                errors = 0
+            except api_errors() as error:
+                if isinstance(error, ApiException) and error.status == 410:
+                    job = None  # the watch's version expired: read afresh
+                    continue
+                if isinstance(error, ApiException) and error.status in (401, 403):
+                    raise JobWatchError(
+                        f"PyTorchJob {self.namespace}/{self.name}: the API server refused to "
+                        f"show it ({error.status} {error.reason}); the watch needs get, list "
+                        "and watch on pytorchjobs and get and list on pods"
+                    ) from None
+                errors += 1
+                if errors >= MAX_API_ERRORS:
+                    raise JobWatchError(
+                        f"PyTorchJob {self.namespace}/{self.name}: the API server failed "
+                        f"{errors} times in a row: {error}"
+                    ) from None
+                job = None
+                time.sleep(min(2 * errors, 10))

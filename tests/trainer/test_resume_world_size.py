@@ -1,0 +1,219 @@
+"""Exact resume on another world size: a 2-rank run SIGKILLed mid-epoch, resumed with 3 ranks
+and with 1 rank, trains every remaining sample of the epoch exactly once (counted from what
+each rank put through the model, the TRAINER_STEP_LOG hook) with the same global batch, and its
+per-step losses equal an uninterrupted 2-rank run's within 1e-5. Plus the refusals: another
+global batch, and more ranks than a global batch has samples."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.conftest import Background, inspect, manifest_epochs, run_trainer, wait_until
+from trainer.checkpoint import CheckpointStore
+from trainer.checkpoint_schema import MODEL_STATE, TrainingCheckpoint
+from trainer.cli import parse_config
+from trainer.distributed import DistContext
+from trainer.metrics import read_metrics
+from trainer.resume import GLOBAL_BATCH, WORLD_SIZE, ResumeRefusedError, choose_resume_point
+
+DATASET = 512
+PER_RANK = 16  # on 2 ranks: a global batch of 32, 16 steps per epoch
+STEPS = DATASET // (2 * PER_RANK)
+EPOCHS = 3
+
+
+def args(directory: Path) -> list[str]:
+    return [
+        str(EPOCHS),
+        "1",
+        "--checkpoint-dir",
+        str(directory),
+        "--dataset-size",
+        str(DATASET),
+        "--batch_size",
+        str(PER_RANK),
+        "--save-every-steps",
+        "4",
+        "--keep",
+        "20",
+    ]
+
+
+StepKey = tuple[int, int]
+
+
+def step_lines(log_dir: Path) -> list[dict]:
+    """Every rank's lines; a line cut short by SIGKILL is not a step that was logged."""
+    lines = []
+    for path in log_dir.glob("steps-*.jsonl"):
+        for text in path.read_text().splitlines():
+            try:
+                lines.append(json.loads(text))
+            except ValueError:
+                continue
+    return lines
+
+
+def losses_by_step(lines: list[dict]) -> dict[StepKey, float]:
+    """A step's loss over all its ranks: the mean over the global batch's samples."""
+    sums: dict[StepKey, float] = defaultdict(float)
+    counts: dict[StepKey, int] = defaultdict(int)
+    for line in lines:
+        key = (line["epoch"], line["step"])
+        sums[key] += line["loss_sum"]
+        counts[key] += len(line["samples"])
+    return {key: sums[key] / counts[key] for key in sums}
+
+
+def killed_and_reference_runs(root: Path) -> dict[str, Path]:
+    """The uninterrupted 2-rank run, and a 2-rank run killed mid-epoch (its directory and step
+    log as the kill left them)."""
+    reference = root / "reference"
+    finished = run_trainer(args(reference), env={"TRAINER_STEP_LOG": str(root / "reference-log")})
+    assert finished.returncode == 0, finished.output
+    # --save-every-steps 4 counts optimizer steps from the start: mid-epoch, and at epoch ends.
+    schedule = [(e, s) for e in range(EPOCHS) for s in (4, 8, 12, 16)]
+    assert manifest_epochs(reference) == [(e + s // STEPS, s % STEPS) for e, s in schedule]
+
+    killed = root / "killed"
+    # Every commit takes >= 1 s (the write-delay hook), so the kill lands mid-epoch.
+    hooks = {"TRAINER_CHECKPOINT_WRITE_DELAY": "1", "TRAINER_STEP_LOG": str(root / "killed-log")}
+    job = Background(args(killed), root / "killed.log", env=hooks)
+    wait_until(
+        lambda: any(e == 1 and s >= 4 for e, s in manifest_epochs(killed)), "epoch 1, 4 steps"
+    )
+    job.kill_all()
+    job.wait()
+    return {"root": root, "reference": reference, "killed": killed}
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_epoch_resumes_exactly_with_3_ranks_and_with_1(tmp_path: Path) -> None:
+    # One test for both, so the two runs they resume from are trained once.
+    runs = killed_and_reference_runs(tmp_path)
+    for world_size in (3, 1):
+        resume_and_compare(runs, world_size)
+
+
+def resume_and_compare(runs: dict[str, Path], world_size: int) -> None:
+    root = runs["root"]
+    directory = root / f"on-{world_size}"
+    shutil.copytree(runs["killed"], directory)
+    resumed_from = inspect(directory)
+    epoch, step = resumed_from["epochs_completed"], resumed_from["step_in_epoch"]
+    assert 0 < step < STEPS, f"the kill was not mid-epoch: {(epoch, step)}"
+    assert resumed_from["world_size"] == 2 and resumed_from["global_batch"] == 32
+
+    log = root / f"on-{world_size}-log"
+    finished = run_trainer(args(directory), nproc=world_size, env={"TRAINER_STEP_LOG": str(log)})
+    assert finished.returncode == 0, finished.output
+    assert (
+        f"world size {world_size} on 1 node(s) (the checkpoint was written with world size 2): "
+        "each step trains the global batch of 32 samples"
+    ) in finished.output
+
+    before = [
+        line
+        for line in step_lines(root / "killed-log")
+        if (line["epoch"], line["step"]) < (epoch, step)
+    ]
+    after = step_lines(log)
+    assert {line["world_size"] for line in after} == {world_size}
+    assert min((line["epoch"], line["step"]) for line in after) == (epoch, step)
+    # The interrupted epoch: each sample exactly once, counted over both runs.
+    used = Counter(
+        index for line in before + after if line["epoch"] == epoch for index in line["samples"]
+    )
+    assert used == Counter(range(DATASET)), "a sample was skipped or trained twice"
+    for later in range(epoch + 1, EPOCHS):
+        used = Counter(
+            index for line in after if line["epoch"] == later for index in line["samples"]
+        )
+        assert used == Counter(range(DATASET))
+    # Each step trains the global batch: 32 samples over all ranks.
+    per_step = Counter()
+    for line in after:
+        per_step[(line["epoch"], line["step"])] += len(line["samples"])
+    assert set(per_step.values()) == {32}
+
+    reference = losses_by_step(step_lines(root / "reference-log"))
+    resumed = losses_by_step(after)
+    assert len(resumed) == (EPOCHS - epoch) * STEPS - step
+    for key, loss in resumed.items():
+        assert loss == pytest.approx(reference[key], abs=1e-5), key
+    for row, expected in zip(
+        read_metrics(directory)[epoch:], read_metrics(runs["reference"])[epoch:], strict=True
+    ):
+        assert row["samples"] == DATASET
+        assert row["loss"] == pytest.approx(expected["loss"], abs=1e-5), row["epoch"]
+    final = torch.load(directory / "snapshot.pt", weights_only=True)[MODEL_STATE]
+    expected = torch.load(runs["reference"] / "snapshot.pt", weights_only=True)[MODEL_STATE]
+    for name, tensor in expected.items():
+        assert torch.allclose(final[name], tensor, atol=1e-5), name
+    info = inspect(directory)
+    assert (info["epochs_completed"], info["world_size"], info["global_batch"]) == (
+        EPOCHS,
+        world_size,
+        32,
+    )
+
+
+def _committed(directory: Path, *, batch_size: int, global_batch: int) -> None:
+    """A committed mid-epoch checkpoint of a run with these settings (no training needed)."""
+    config = parse_config(
+        ["3", "1", "--checkpoint-dir", str(directory), "--batch_size", str(batch_size)]
+    )
+    state = TrainingCheckpoint(
+        model_state={"weight": torch.zeros(1, 20)},
+        epochs_run=1,
+        world_size=2,
+        config_fingerprint=config.fingerprint(),
+        config=config.semantic_config(),
+        global_batch=global_batch,
+        epoch_position=2 * global_batch,
+    ).to_state()
+    directory.mkdir(parents=True)
+    CheckpointStore(directory).commit(state, epochs=1, step=2)
+
+
+def context(world_size: int) -> DistContext:
+    return DistContext(0, world_size, 0, torch.device("cpu"), "gloo")
+
+
+def test_another_global_batch_is_a_new_run_and_the_refusal_says_so(tmp_path: Path) -> None:
+    _committed(tmp_path / "run", batch_size=16, global_batch=32)
+    base = ["3", "1", "--checkpoint-dir", str(tmp_path / "run"), "--batch_size", "16"]
+    point, _ = choose_resume_point(context(5), parse_config(base))  # any world size resumes
+    assert (point.global_batch, point.step_in_epoch) == (32, 2)
+    same = parse_config([*base, "--global-batch-size", "32"])
+    assert choose_resume_point(context(1), same)[0].global_batch == 32
+    with pytest.raises(ResumeRefusedError) as refused:
+        choose_resume_point(context(2), parse_config([*base, "--global-batch-size", "64"]))
+    assert refused.value.mismatch is not None and refused.value.mismatch.setting == GLOBAL_BATCH
+    message = str(refused.value)
+    assert "global batch of 32 samples per step" in message and "--global-batch-size 64" in message
+    assert f"--init-from {tmp_path / 'run'} --checkpoint-dir NEW_DIR" in message
+
+
+def test_more_ranks_than_samples_per_step_is_refused_naming_the_sizes_that_work(
+    tmp_path: Path,
+) -> None:
+    _committed(tmp_path / "run", batch_size=2, global_batch=4)
+    config = parse_config(
+        ["3", "1", "--checkpoint-dir", str(tmp_path / "run"), "--batch_size", "2"]
+    )
+    assert choose_resume_point(context(4), config)[0].global_batch == 4
+    with pytest.raises(ResumeRefusedError, match="resume it with 1 to 4 processes") as refused:
+        choose_resume_point(context(5), config)
+    assert refused.value.mismatch is not None and refused.value.mismatch.setting == WORLD_SIZE
+    fresh = parse_config(
+        ["3", "1", "--checkpoint-dir", str(tmp_path / "new"), "--global-batch-size", "2"]
+    )
+    with pytest.raises(ResumeRefusedError, match="run on 1 to 2 processes"):
+        choose_resume_point(context(3), fresh)

@@ -1,0 +1,69 @@
+"""Loading a checkpoint into a task: a resume (everything: weights, optimizer, scheduler, this
+rank's RNG streams and partial epoch loss) or a warm start (weights, and the optimizer state
+only when asked). Which checkpoint, and whether at all, is ``trainer.resume``'s decision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from trainer.checkpoint_schema import RankState, TrainingCheckpoint
+from trainer.resume import ResumeRefusedError
+from trainer.rng import restore_rng
+from trainer.task import Task
+
+
+def resume_from(task: Task, state: TrainingCheckpoint, rank: int, world_size: int) -> RankState:
+    """Restore ``task`` from its own run's checkpoint; returns what this rank carries over
+    (see :meth:`TrainingCheckpoint.rank_state` for a world size other than the saved one)."""
+    task.model.load_state_dict(state.model_state)
+    task.optimizer.load_state_dict(state.optimizer_state)
+    if task.scheduler is not None and state.scheduler_state is not None:
+        task.scheduler.load_state_dict(state.scheduler_state)
+    mine = state.rank_state(rank, world_size)
+    restore_rng(mine.rng)
+    return mine
+
+
+def warm_start_from(
+    task: Task, state: TrainingCheckpoint, path: str, *, task_name: str, with_optimizer: bool
+) -> None:
+    """Seed a new run: model weights, and the optimizer state only when asked."""
+    try:
+        task.model.load_state_dict(state.model_state)
+    except RuntimeError as error:
+        raise ResumeRefusedError(
+            f"--init-from {path}: its weights do not fit this run's model "
+            f"(--task {task_name}): {error}"
+        ) from None
+    if with_optimizer:
+        _load_optimizer_checked(task.optimizer, state.optimizer_state, path)
+
+
+def _load_optimizer_checked(
+    optimizer: torch.optim.Optimizer, saved: Mapping[str, Any] | None, path: str
+) -> None:
+    if saved is None:
+        raise ResumeRefusedError(f"--init-optimizer: {path} holds no optimizer state")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, slots in saved.get("state", {}).items():
+        for name, value in slots.items():
+            if (
+                isinstance(value, torch.Tensor)
+                and value.dim() > 0
+                and (index >= len(params) or value.shape != params[index].shape)
+            ):
+                raise ResumeRefusedError(
+                    f"--init-optimizer: optimizer state {name!r} of parameter {index} in "
+                    f"{path} has shape {tuple(value.shape)}, which does not match this "
+                    "run's model; drop --init-optimizer to take the weights only"
+                )
+    try:
+        optimizer.load_state_dict(saved)
+    except (ValueError, KeyError) as error:
+        raise ResumeRefusedError(
+            f"--init-optimizer: the optimizer state in {path} does not fit this run's "
+            f"optimizer ({error}); drop --init-optimizer to take the weights only"
+        ) from None
