@@ -1,6 +1,6 @@
 """tools/retrieve.py (`make checkpoint`): which checkpoints it copies, how it plans the reader pod,
 and its one-line errors. The copy itself, through a real pod on a real node, is in the real-engine
-suite (tests/e2e/test_real_pods.py)."""
+suite (tests/e2e/test_real_node.py)."""
 
 from __future__ import annotations
 
