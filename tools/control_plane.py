@@ -706,12 +706,23 @@ def main(argv: list[str] | None = None) -> int:
         "pulls from, user e2e-robot with LOCAL_REGISTRY_PASSWORD (or WORKDIR/registry-password)",
     )
     args = parser.parse_args(argv)
+
     # Both stop it through the teardown below: a shell starts a background job (`... &`) with
     # SIGINT ignored, and Python's default for SIGTERM dies without tearing down, leaving etcd,
-    # the API server and the rest running.
+    # the API server and the rest running. The first signal starts the teardown, which further
+    # ones must not cut short; it may arrive at any moment, also before the pause.
+    def stop(_signum: int, _frame: object) -> None:
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, signal.default_int_handler)
-    with running(args.workdir) as plane, contextlib.ExitStack() as extras:
+        signal.signal(stop_signal, stop)
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        running(args.workdir) as plane,
+        contextlib.ExitStack() as extras,
+    ):
         if args.real_node:
             node = extras.enter_context(
                 plane.real_node(
@@ -725,8 +736,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         print(f"control plane up: export KUBECONFIG={plane.kubeconfig}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
+        signal.pause()
     return 0
 
 

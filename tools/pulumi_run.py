@@ -471,6 +471,10 @@ def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure])
     kubernetes = [
         e for e in errors if "kubernetes" in e.resource_type.split(":")[:3] or not e.resource_type
     ]
+    # First: a Ctrl-C cancels the requests in flight, and what they then report (a closed
+    # stream, an EOF) would otherwise read like an unreachable server.
+    if re.search(r"\bcancel(l)?ed\b", text, re.IGNORECASE):
+        return f"the command was interrupted: {done}; {resumes}"
     if any(UNREACHABLE.search(e.message) for e in docker):
         url = next((m.group(0) for e in docker if (m := URL.search(e.message))), "")
         where = url.split("//", 1)[-1]  # a registry is named by host[:port]
@@ -486,8 +490,6 @@ def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure])
             "" if action == "preview" else " (objects made meanwhile are adopted, not made twice)"
         )
         return f"{server} could not be reached: {done}; once it answers, {resumes}{adopted}"
-    if re.search(r"\bcancel(l)?ed\b", text, re.IGNORECASE):
-        return f"the command was interrupted: {done}; {resumes}"
     if action != "preview" and re.search(r"timed out|timeout", text, re.IGNORECASE):
         return (
             "a resource did not become ready in time (for the job: is the training operator "

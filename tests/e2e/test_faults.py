@@ -246,13 +246,17 @@ def test_the_api_server_down_during_up(
         first = running.result(timeout=300)
         assert first.returncode != 0, first.output
         assert explained(first), first.output
-        # The next `make up` while the server is still down: one line that names it.
+        # The next `make up` while the server is still down: one line that names it. Unless
+        # the interrupted one had recorded every object already (stopped in the job's wait):
+        # then nothing is left to change, and the provider does not ask the server.
         down = stack.up(check=False)
-        assert down.returncode != 0, down.output
-        lines = explained(down)
-        assert any(
-            "Kubernetes API server" in line and "could not be reached" in line for line in lines
-        ), down.output
+        if down.returncode == 0:
+            assert set(down.summary()) == {"same"}, down.output
+        else:
+            lines = explained(down)
+            assert any(
+                "Kubernetes API server" in line and "could not be reached" in line for line in lines
+            ), down.output
     finally:
         cluster.plane.start_apiserver()
 

@@ -154,6 +154,14 @@ def test_event_log_path_from_the_users_flags() -> None:
         ),
         (
             255,
+            [
+                Failure("context canceled", ""),
+                Failure("rpc error: code = Unavailable desc = error reading from server: EOF", ""),
+            ],
+            "the command was interrupted",
+        ),
+        (
+            255,
             [Failure("timed out waiting for the condition", KUBERNETES_URN_TYPE)],
             "is the training operator running",
         ),
