@@ -432,6 +432,9 @@ def checkpoint_reader_pod_manifest(
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["sleep", str(deadline_seconds)],
                 "workingDir": "/",
+                # The trainer image's package, for `python3 -m trainer.checkpoint` through exec
+                # (harmless in any other image).
+                "env": [{"name": "PYTHONPATH", "value": APP_DIR}],
                 "volumeMounts": [
                     {
                         "name": CHECKPOINT_VOLUME,

@@ -423,6 +423,8 @@ def test_checkpoint_reader_pod_mounts_the_claim_read_only(
     ]
     # It only waits, and ends by itself even if the tool that started it is killed.
     assert reader["command"] == ["sleep", "600"]
+    # `python3 -m trainer.checkpoint` through exec finds the trainer image's package.
+    assert reader["env"] == [{"name": "PYTHONPATH", "value": "/opt/pytorch-distributed"}]
     assert spec["activeDeadlineSeconds"] == 600 and spec["restartPolicy"] == "Never"
     assert spec.get("imagePullSecrets") == ([{"name": pull_secret}] if pull_secret else None)
     if node is None:
