@@ -11,6 +11,9 @@ STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16
 STACK ?= dev
 # Extra flags for `pulumi preview|up|destroy` (make up PULUMI_ARGS=--yes).
 PULUMI_ARGS ?=
+# make checkpoint: where the copies go, and more flags (RETRIEVE_ARGS="--all", "--epoch 4").
+OUT ?=
+RETRIEVE_ARGS ?=
 # Extra flags for `make status` (STATUS_ARGS=--no-follow).
 STATUS_ARGS ?=
 # make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
@@ -27,7 +30,7 @@ SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh) .ci/run
 PYTEST_WORKERS ?= auto
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
+.PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -91,6 +94,9 @@ image: $(STAMP) ## Build the training image IMAGE from trainer/Dockerfile with p
 
 image-test: $(STAMP) ## The image and container tests: build, train in containers, push to a loopback registry.
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m container
+
+checkpoint: $(STAMP) ## Copy STACK's newest checkpoint from its claim to OUT (default .checkpoints/STACK-retrieved).
+	$(BIN)/python -m tools.retrieve --stack $(STACK) $(if $(OUT),--out $(OUT)) $(RETRIEVE_ARGS)
 
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)

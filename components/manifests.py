@@ -43,6 +43,7 @@ RUNAI_QUEUE_LABEL = "runai/queue"
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
+READER_MANAGER = "pytorch-distributed-retrieve"
 # Every object is applied (server-side) under this one field manager, instead of a random name
 # per `pulumi up` (pulumi-kubernetes' default). An object an interrupted update created but never
 # recorded is adopted by the next update's create; under one name that adoption owns exactly the
@@ -345,3 +346,82 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
         job=api.job_manifest(settings, image=image),
         runtime=api.runtime_manifest(settings),
     )
+
+
+def checkpoint_reader_pod_manifest(
+    settings: StackSettings,
+    *,
+    name: str,
+    image: str,
+    pull_secret: str | None,
+    node: str | None,
+    deadline_seconds: int,
+) -> dict[str, Any]:
+    """A short-lived pod that mounts the stack's claim read-only, so `make checkpoint` can read
+    and copy the checkpoints whether the job runs, has finished or is gone with the stack.
+
+    It only waits (`sleep`): the copy runs through exec. `deadline_seconds` ends it even if the
+    tool that started it is killed before it can delete it. `node` pins it beside the pod that
+    has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too.
+    """
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "reader",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", str(deadline_seconds)],
+                "workingDir": "/",
+                # The trainer image's package, for `python3 -m trainer.checkpoint` through exec
+                # (harmless in any other image).
+                "env": [{"name": "PYTHONPATH", "value": APP_DIR}],
+                "volumeMounts": [
+                    {
+                        "name": CHECKPOINT_VOLUME,
+                        "mountPath": settings.checkpoints.mount_path,
+                        "readOnly": True,
+                    }
+                ],
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+            }
+        ],
+        "volumes": [
+            {
+                "name": CHECKPOINT_VOLUME,
+                "persistentVolumeClaim": {
+                    "claimName": resource_names(settings).claim,
+                    "readOnly": True,
+                },
+            }
+        ],
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": deadline_seconds,
+        "terminationGracePeriodSeconds": 0,
+    }
+    if pull_secret is not None:
+        spec["imagePullSecrets"] = [{"name": pull_secret}]
+    if settings.platform == "runai":
+        spec["schedulerName"] = RUNAI_SCHEDULER
+    if node is not None:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    metadata = object_metadata(settings, name, "checkpoint-reader")
+    # Started and deleted by `make checkpoint`, never by Pulumi.
+    metadata["labels"]["app.kubernetes.io/managed-by"] = READER_MANAGER
+    metadata["labels"].update(scheduling_labels(settings))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

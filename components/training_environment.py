@@ -121,17 +121,10 @@ class TrainingEnvironment(pulumi.ComponentResource):
         self.status_command = pulumi.Output.from_input(
             kubectl(settings, "get", api.status_resource(names.job), "--watch")
         )
+        # The job's pods may be gone when the checkpoints are wanted (finished, cleaned up,
+        # destroyed): tools/retrieve.py reads the claim through a pod of its own.
         self.checkpoint_command = pulumi.Output.from_input(
-            kubectl(
-                settings,
-                "exec",
-                api.exec_target(settings),
-                "--",
-                "python",
-                "-m",
-                "trainer.checkpoint",
-                settings.checkpoint_dir,
-            )
+            shlex.join(["make", "checkpoint", f"STACK={pulumi.get_stack()}"])
         )
         self.register_outputs(
             {

@@ -105,8 +105,9 @@ class JobApi(ABC):
         """kubectl arguments that follow rank 0's log."""
 
     @abstractmethod
-    def exec_target(self, settings: StackSettings) -> str:
-        """What `kubectl exec` runs in: a pod of the job (every one mounts the claim)."""
+    def job_image(self, job: Mapping[str, Any]) -> str | None:
+        """The training image of `job` as the API server returns it (`make checkpoint` reads
+        the claim with it while the job exists); None when it names none."""
 
     def status_resource(self, job_name: str) -> str:
         return f"{self.plural}.{self.group}/{job_name}"

@@ -339,8 +339,12 @@ class PyTorchJobApi(JobApi):
     def logs_args(self, settings: StackSettings) -> list[str]:
         return ["logs", "--follow", f"pod/{self.rank0_pod(settings)}"]
 
-    def exec_target(self, settings: StackSettings) -> str:
-        return f"pod/{self.rank0_pod(settings)}"
+    def job_image(self, job: Mapping[str, Any]) -> str | None:
+        for spec in (job.get("spec") or {}).get("pytorchReplicaSpecs", {}).values():
+            for container in spec["template"]["spec"]["containers"]:
+                if container["name"] == self.container:
+                    return str(container["image"])
+        return None
 
     def pod_selector(self, job_name: str) -> str:
         return f"{JOB_NAME_LABEL}={job_name}"

@@ -358,8 +358,9 @@ class TrainJobApi(JobApi):
         selector = self._rank0_selector(settings.job.name)
         return ["logs", "--follow", "--selector", selector, "--container", NODE]
 
-    def exec_target(self, settings: StackSettings) -> str:
-        return f"job/{settings.job.name}-{NODE}-0"
+    def job_image(self, job: Mapping[str, Any]) -> str | None:
+        image = ((job.get("spec") or {}).get("trainer") or {}).get("image")
+        return str(image) if image else None
 
     def pod_selector(self, job_name: str) -> str:
         return f"{JOBSET_NAME_LABEL}={job_name},{REPLICATED_JOB_LABEL}={NODE}"

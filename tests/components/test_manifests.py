@@ -18,7 +18,9 @@ from components.manifests import (
     ENTRYPOINT,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
+    READER_MANAGER,
     checkpoint_claim_manifest,
+    checkpoint_reader_pod_manifest,
     common_labels,
     docker_config,
     registry_secret_manifest,
@@ -391,3 +393,57 @@ def test_stack_labels_mark_every_object_but_never_the_pods() -> None:
         assert manifest["metadata"]["labels"]["team"] == "vision"
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         assert "team" not in spec["template"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    ("pull_secret", "node"), [(None, None), ("run-a-registry", "node-7")], ids=["plain", "rwo"]
+)
+def test_checkpoint_reader_pod_mounts_the_claim_read_only(
+    pull_secret: str | None, node: str | None
+) -> None:
+    settings = settings_for(job={"name": "run-a"}, checkpoints={"mountPath": "/ckpt"})
+    pod = checkpoint_reader_pod_manifest(
+        settings,
+        name="run-a-checkpoint-reader-abc",
+        image=IMAGE,
+        pull_secret=pull_secret,
+        node=node,
+        deadline_seconds=600,
+    )
+    validate_manifest(pod)
+    spec = pod["spec"]
+    [volume] = spec["volumes"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "run-a-checkpoints", "readOnly": True}
+    [reader] = spec["containers"]
+    assert reader["image"] == IMAGE
+    assert reader["volumeMounts"] == [
+        {"name": volume["name"], "mountPath": "/ckpt", "readOnly": True}
+    ]
+    # It only waits, and ends by itself even if the tool that started it is killed.
+    assert reader["command"] == ["sleep", "600"]
+    # `python3 -m trainer.checkpoint` through exec finds the trainer image's package.
+    assert reader["env"] == [{"name": "PYTHONPATH", "value": "/opt/pytorch-distributed"}]
+    assert spec["activeDeadlineSeconds"] == 600 and spec["restartPolicy"] == "Never"
+    assert spec.get("imagePullSecrets") == ([{"name": pull_secret}] if pull_secret else None)
+    if node is None:
+        assert "affinity" not in spec
+    else:
+        [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        assert term["matchExpressions"] == [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+        ]
+    labels = pod["metadata"]["labels"]
+    assert labels["app.kubernetes.io/instance"] == "run-a"
+    assert labels["app.kubernetes.io/managed-by"] == READER_MANAGER  # never Pulumi's
+
+
+def test_checkpoint_reader_pod_on_runai_goes_through_its_scheduler() -> None:
+    settings = settings_for(platform="runai", runaiProject="team-a")
+    pod = checkpoint_reader_pod_manifest(
+        settings, name="r", image=IMAGE, pull_secret=None, node=None, deadline_seconds=60
+    )
+    assert pod["spec"]["schedulerName"] == "runai-scheduler"
+    assert pod["metadata"]["namespace"] == "runai-team-a"
+    assert pod["metadata"]["labels"]["runai/queue"] == "team-a"

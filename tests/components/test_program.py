@@ -406,9 +406,9 @@ def test_checkpoint_claim_retention(dev: ProgramResult, prod: ProgramResult) -> 
 
 
 def test_stack_outputs(dev: ProgramResult, prod: ProgramResult) -> None:
-    for result, namespace, job in [
-        (dev, "default", "ddp-dev"),
-        (prod, "runai-team-a", "pytorch-ddp"),
+    for result, namespace, job, stack in [
+        (dev, "default", "ddp-dev", "dev"),
+        (prod, "runai-team-a", "pytorch-ddp", "prod"),
     ]:
         outputs = result.outputs
         assert set(outputs) == {
@@ -429,6 +429,8 @@ def test_stack_outputs(dev: ProgramResult, prod: ProgramResult) -> None:
             f"kubectl --namespace {namespace} logs --follow pod/{job}-master-0"
         )
         assert f"pytorchjobs.kubeflow.org/{job}" in outputs["statusCommand"].value
+        # Works after the job's pods are gone too (tools/retrieve.py).
+        assert outputs["checkpointCommand"].value == f"make checkpoint STACK={stack}"
 
 
 def test_kube_context_reaches_provider_and_commands() -> None:

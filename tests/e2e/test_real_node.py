@@ -1,7 +1,9 @@
 """Pods that really run: the stack's job on the control plane's real node (a kubelet with
 containerd and CoreDNS, tools/real_node.py) pulls the trainer image from an authenticated
 registry with the Secret the stack created, finds the master through the operator's Service,
-trains on the claim, survives a deleted worker pod and resumes after destroy and up.
+trains on the claim, survives a deleted worker pod and resumes after destroy and up; and
+`make checkpoint` (tools/retrieve.py) copies the verified checkpoints through a reader pod, after
+the job finished and after destroy with the claim kept.
 
 The trainer image comes from the image scripts (scripts/build-base-image.sh, cached in podman's
 storage, and scripts/build-image.sh) and is pushed to the node's registry. The tests run in file
@@ -12,7 +14,9 @@ and destroy (the claim kept) + up with more epochs.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,12 +26,13 @@ from typing import Any
 
 import pytest
 
-from components.manifests import resource_names
-from components.settings import StackSettings
+from components.manifests import READER_MANAGER, resource_names
+from components.settings import PROJECT, StackSettings
 from tests.conftest import REPO_ROOT, committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
 from tests.e2e.conftest import PASSWORD_KEY, REGISTRY_PASSWORD, Cluster, Project, Stack
 from tools.real_node import RealNode
+from trainer.checkpoint import CheckpointStore
 
 # A cold node pulls the whole 5 GB image once.
 pytestmark = pytest.mark.timeout(1800)
@@ -307,6 +312,97 @@ def test_destroy_keeps_the_claim_and_up_with_more_epochs_resumes_from_it(
     resumed = [line for line in master_log.splitlines() if "resuming from" in line]
     assert resumed and f"({job.total_epochs} epochs completed)" in resumed[0], master_log
     assert inspect_checkpoints(checkpoints)["epochs_completed"] == more
+
+
+def retrieve(stack: Stack, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`make checkpoint STACK=...` for the suite's copy of the project: the same module, given
+    the directory that holds the stack file, with the project's kubeconfig."""
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "tools.retrieve", "--stack", stack.name),
+            *("--stack-dir", str(stack.project.work_dir), "--out", str(out), *flags),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, **stack.project.env},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def reader_pods(kube: Kube) -> list[str]:
+    selector = f"app.kubernetes.io/managed-by={READER_MANAGER}"
+    pods = kube.core.list_namespaced_pod(kube.namespace, label_selector=selector).items
+    return [pod.metadata.name for pod in pods]
+
+
+def assert_retrieved(out: Path, claim_directory: Path) -> None:
+    """The newest committed checkpoint, its manifest and metrics, the sha256 the manifest
+    records, and every epoch in what `python -m trainer.checkpoint OUT` shows."""
+    newest = CheckpointStore(claim_directory).manifest()[-1]
+    copied = out / newest.file
+    assert copied.is_file(), sorted(p.name for p in out.iterdir())
+    assert (out / "manifest.json").is_file() and (out / "metrics.jsonl").is_file()
+    assert hashlib.sha256(copied.read_bytes()).hexdigest() == newest.sha256
+    described = inspect_checkpoints(out)
+    assert described["epochs_completed"] == newest.epochs_completed
+    assert described["path"] == str(copied)
+
+
+def test_make_checkpoint_copies_the_final_checkpoint_of_a_finished_job(
+    stack: Stack, settings: StackSettings, kube: Kube, tmp_path: Path
+) -> None:
+    claim_directory = kube.claim_directory(resource_names(settings).claim) / settings.job.name
+    assert kube.true_conditions(settings.job.name) & {"Succeeded"}, "needs the finished job"
+    done = retrieve(stack, tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "python -m trainer.plot" in done.stdout, done.stdout
+    assert_retrieved(tmp_path / "out", claim_directory)
+    assert reader_pods(kube) == []
+
+
+def test_make_checkpoint_after_destroy_reads_the_kept_claim_with_a_named_image(
+    stack: Stack, settings: StackSettings, kube: Kube, image: str, tmp_path: Path
+) -> None:
+    claim_directory = kube.claim_directory(resource_names(settings).claim) / settings.job.name
+    stack.destroy()
+    assert kube.job(settings.job.name) is None
+    # No job, no image to take from it: without --image the tool says so and creates nothing.
+    refused = retrieve(stack, tmp_path / "refused")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.count("\n") == 1 and "--image" in refused.stderr, refused.stderr
+    assert reader_pods(kube) == []
+    # The trainer image, which the node holds since the job pulled it (the pull secret is gone
+    # with the stack).
+    done = retrieve(stack, tmp_path / "out", "--image", image)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_retrieved(tmp_path / "out", claim_directory)
+    assert reader_pods(kube) == []
+
+
+def test_make_checkpoint_with_a_wrong_stack_or_a_missing_claim_creates_nothing(
+    stack: Stack, kube: Kube, tmp_path: Path
+) -> None:
+    no_stack = subprocess.run(
+        [sys.executable, "-m", "tools.retrieve", "--stack", "no-such-stack"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert no_stack.returncode == 2, no_stack.stderr
+    assert no_stack.stderr.count("\n") == 1 and "no-such-stack" in no_stack.stderr
+    stack.config_set("checkpoints.existingClaim", "no-such-claim")
+    try:
+        missing = retrieve(stack, tmp_path / "out")
+    finally:
+        stack.cli("config", "rm", "--path", f"{PROJECT}:checkpoints.existingClaim")
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert missing.stderr.count("\n") == 1 and "no-such-claim" in missing.stderr
+    assert reader_pods(kube) == []
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_node_leaves_nothing_behind(cluster: Cluster, node: RealNode, stack: Stack) -> None:

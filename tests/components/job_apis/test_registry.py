@@ -44,8 +44,8 @@ class EchoJobApi(JobApi):
     def logs_args(self, settings: Any) -> list[str]:
         return ["logs", f"pod/{self.rank0_pod(settings)}"]
 
-    def exec_target(self, settings: Any) -> str:
-        return f"pod/{self.rank0_pod(settings)}"
+    def job_image(self, job: Any) -> str | None:
+        return None
 
     def pod_selector(self, job_name: str) -> str:
         return f"echo={job_name}"

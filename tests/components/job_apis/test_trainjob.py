@@ -295,7 +295,7 @@ def test_kubectl_commands_find_rank_0_by_its_completion_index() -> None:
         "--container",
         "node",
     ]
-    assert API.exec_target(settings) == f"job/{JOB}-node-0"
+    assert API.job_image(objects(settings).job) == objects(settings).job["spec"]["trainer"]["image"]
     assert API.status_resource(JOB) == f"trainjobs.trainer.kubeflow.org/{JOB}"
     assert api_of_job(objects(settings).job) is API
 

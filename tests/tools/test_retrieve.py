@@ -1,0 +1,171 @@
+"""tools/retrieve.py (`make checkpoint`): which checkpoints it copies, how it plans the reader pod,
+and its one-line errors. The copy itself, through a real pod on a real node, is in the real-engine
+suite (tests/e2e/test_real_node.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from components.job_apis.pytorchjob import API as PYTORCHJOB
+from components.settings import parse_settings
+from tests.conftest import REPO_ROOT
+from tools.retrieve import RetrieveError, plan_reader, select_entries
+from trainer.checkpoint import CheckpointEntry
+
+IMAGE = "registry.example.com/ml/trainer@sha256:" + "a" * 64
+
+
+def entry(epochs: int, step: int = 0) -> CheckpointEntry:
+    return CheckpointEntry(
+        file=f"checkpoint-e{epochs:06d}-s{step:06d}.pt",
+        sha256="0" * 64,
+        size=1,
+        epochs_completed=epochs,
+        step_in_epoch=step,
+        world_size=2,
+        fingerprint="f",
+    )
+
+
+ENTRIES = [entry(2), entry(4), entry(4, 17), entry(6)]
+
+
+def test_the_newest_checkpoint_by_default_all_or_one_epochs() -> None:
+    assert select_entries(ENTRIES, epoch=None, every=False) == [entry(6)]
+    assert select_entries(ENTRIES, epoch=None, every=True) == ENTRIES
+    # Epoch 4's checkpoint is the one written when epoch 4 ended, not one in the middle of 5.
+    assert select_entries(ENTRIES, epoch=4, every=False) == [entry(4)]
+
+
+def test_an_epoch_without_a_checkpoint_names_the_ones_there() -> None:
+    with pytest.raises(RetrieveError) as raised:
+        select_entries(ENTRIES, epoch=3, every=False)
+    assert str(raised.value) == (
+        "--epoch = 3: no committed checkpoint after epoch 3; the manifest has epochs 2, 4, 6"
+    )
+    assert raised.value.exit_code == 2
+    with pytest.raises(RetrieveError, match="no committed checkpoint yet"):
+        select_entries([], epoch=None, every=False)
+
+
+def pod(name: str, node: str, claim: str) -> Any:
+    volume = SimpleNamespace(persistent_volume_claim=SimpleNamespace(claim_name=claim))
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name),
+        spec=SimpleNamespace(node_name=node, volumes=[volume]),
+        status=SimpleNamespace(phase="Running"),
+    )
+
+
+@dataclass
+class ClusterState:
+    """What plan_reader asks of the cluster, set up per test."""
+
+    access_modes: list[str] | None = field(default_factory=lambda: ["ReadWriteMany"])
+    mounted_by: list[Any] = field(default_factory=list)
+    job_image: str | None = IMAGE
+    secrets: set[str] = field(default_factory=set)
+    namespace: str = "default"
+    job_api: Any = PYTORCHJOB
+
+    def claim(self, name: str) -> Any | None:
+        if self.access_modes is None:
+            return None
+        return SimpleNamespace(spec=SimpleNamespace(access_modes=self.access_modes))
+
+    def pods_mounting(self, claim: str) -> list[Any]:
+        return self.mounted_by
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        if self.job_image is None:
+            return None
+        container = {"name": "pytorch", "image": self.job_image}
+        template = {"template": {"spec": {"containers": [container]}}}
+        return {"spec": {"pytorchReplicaSpecs": {"Master": template}}}
+
+    def secret_exists(self, name: str) -> bool:
+        return name in self.secrets
+
+
+SETTINGS = parse_settings(
+    {
+        "image": {"build": False, "ref": IMAGE},
+        "registry": {"server": "registry.example.com", "username": "robot"},
+        "job": {"name": "run-a"},
+    },
+    password="pw",
+)
+
+
+def test_while_the_job_exists_its_image_and_pull_secret_read_the_claim() -> None:
+    cluster = ClusterState(secrets={"run-a-registry"})
+    reader = plan_reader(SETTINGS, cluster, None)  # type: ignore[arg-type]
+    assert (reader.image, reader.pull_secret, reader.node, reader.trainer_image) == (
+        IMAGE,
+        "run-a-registry",
+        None,
+        True,
+    )
+
+
+def test_once_the_job_is_gone_an_image_must_be_named() -> None:
+    cluster = ClusterState(job_image=None)
+    with pytest.raises(RetrieveError) as raised:
+        plan_reader(SETTINGS, cluster, None)  # type: ignore[arg-type]
+    assert "pass --image IMAGE" in str(raised.value) and raised.value.exit_code == 2
+    reader = plan_reader(SETTINGS, cluster, "busybox:1.36")  # type: ignore[arg-type]
+    # The stack's secret went with `pulumi destroy`: the named image is pulled without it.
+    assert (reader.image, reader.pull_secret, reader.trainer_image) == (
+        "busybox:1.36",
+        None,
+        False,
+    )
+
+
+def test_a_missing_claim_is_a_one_line_error() -> None:
+    with pytest.raises(RetrieveError) as raised:
+        plan_reader(SETTINGS, ClusterState(access_modes=None), None)  # type: ignore[arg-type]
+    assert str(raised.value).startswith("no claim run-a-checkpoints in namespace default")
+    assert raised.value.exit_code == 2
+
+
+def test_a_read_write_once_claim_in_use_is_read_on_its_node() -> None:
+    cluster = ClusterState(
+        access_modes=["ReadWriteOnce"], mounted_by=[pod("run-a-master-0", "node-3", "x")]
+    )
+    assert plan_reader(SETTINGS, cluster, None).node == "node-3"  # type: ignore[arg-type]
+    cluster.access_modes = ["ReadWriteMany"]
+    assert plan_reader(SETTINGS, cluster, None).node is None  # type: ignore[arg-type]
+    cluster.access_modes = ["ReadWriteOncePod"]
+    with pytest.raises(RetrieveError, match="ReadWriteOncePod and pod run-a-master-0"):
+        plan_reader(SETTINGS, cluster, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stack", "nope"], "error: stack 'nope': no stack file"),
+        (["--stack", "dev", "--all", "--epoch", "2"], "not allowed with argument"),
+    ],
+)
+def test_wrong_input_ends_in_one_line_before_anything_is_created(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.retrieve", *args, "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,413 @@
+"""Copy a stack's checkpoints from its claim to this machine (the tutorial's step 8), whether the
+job runs, has finished, or the stack was destroyed with the claim retained.
+
+    python -m tools.retrieve --stack prod [--out DIR] [--all | --epoch N] [--image IMAGE]
+
+Why a pod of its own: `kubectl exec` into the master works only while it runs, and once the job
+has finished (or `cleanPodPolicy`, `ttlSecondsAfterFinished` or `pulumi destroy` removed it)
+nothing mounts the claim. So this starts a short-lived pod that mounts the claim read-only, with
+the job's image and pull secret while they exist (or `--image`, any image with `tar`), prints
+what `python -m trainer.checkpoint` says of the job's directory, copies the newest committed
+checkpoint (or all of them, or epoch N's) with `manifest.json` and `metrics.jsonl` to `--out`,
+checks each copied checkpoint's sha256 against the manifest, and deletes the pod: always, also
+on Ctrl-C, SIGTERM or an error (and the pod's own deadline ends it should this process be
+killed first). A ReadWriteOnce claim that a running pod has mounted is read from that pod's
+node, the only one where it can be mounted too.
+
+Exit codes: 0 copied and verified; 1 the copy failed or does not match the manifest; 2 the stack,
+the claim or a flag is wrong (nothing was created); 130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import secrets
+import shlex
+import signal
+import sys
+import tarfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from components.job_apis import api_of_settings
+from components.job_state import START_FAILURES
+from components.manifests import (
+    checkpoint_reader_pod_manifest,
+    resource_names,
+)
+from components.settings import REPO_ROOT, SettingsError, StackSettings, load_stack_file
+from tools.stack_cli import add_stack_arguments
+
+if TYPE_CHECKING:  # the trainer imports torch: only when a manifest is read
+    from trainer.checkpoint import CheckpointEntry
+
+MANIFEST = "manifest.json"
+METRICS = "metrics.jsonl"
+# Long enough for a large checkpoint to stream; the pod ends by itself after it regardless.
+DEADLINE_SECONDS = 3600
+START_TIMEOUT_S = 300.0
+
+
+class RetrieveError(Exception):
+    """A one-line reason; `exit_code` 2 when the input is wrong and nothing was created."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How the reader pod is made: with which image and pull secret, on which node."""
+
+    image: str
+    pull_secret: str | None
+    node: str | None
+    trainer_image: bool  # the job's own image, which has `python -m trainer.checkpoint`
+
+
+class Cluster:
+    """The stack's namespace on the cluster its kubeconfig context points at."""
+
+    def __init__(self, settings: StackSettings) -> None:
+        from kubernetes import client, config
+
+        try:
+            api = config.new_client_from_config(context=settings.kube_context)
+        except config.ConfigException as error:
+            raise RetrieveError(f"kubeconfig: {error}", 2) from None
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = settings.namespace
+        self.job_api = api_of_settings(settings)
+
+    def read(self, reader: Any, *args: Any) -> Any | None:
+        from kubernetes import client
+
+        try:
+            return reader(*args)
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def claim(self, name: str) -> Any | None:
+        return self.read(self.core.read_namespaced_persistent_volume_claim, name, self.namespace)
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        return self.read(
+            self.custom.get_namespaced_custom_object,
+            self.job_api.group,
+            self.job_api.version,
+            self.namespace,
+            self.job_api.plural,
+            name,
+        )
+
+    def secret_exists(self, name: str) -> bool:
+        return self.read(self.core.read_namespaced_secret, name, self.namespace) is not None
+
+    def pods_mounting(self, claim: str) -> list[Any]:
+        return [
+            pod
+            for pod in self.core.list_namespaced_pod(self.namespace).items
+            if pod.status.phase == "Running"
+            and any(
+                volume.persistent_volume_claim is not None
+                and volume.persistent_volume_claim.claim_name == claim
+                for volume in pod.spec.volumes or []
+            )
+        ]
+
+
+def plan_reader(settings: StackSettings, cluster: Cluster, image: str | None) -> Reader:
+    """Check the claim is there and readable now, and choose the pod's image, secret and node."""
+    names = resource_names(settings)
+    claim = cluster.claim(names.claim)
+    if claim is None:
+        raise RetrieveError(
+            f"no claim {names.claim} in namespace {cluster.namespace}: was the stack never "
+            "brought up, or destroyed with checkpoints.retainOnDestroy: false?",
+            2,
+        )
+    modes = set(claim.spec.access_modes or [])
+    users = cluster.pods_mounting(names.claim)
+    node = None
+    if users and "ReadWriteMany" not in modes and "ReadOnlyMany" not in modes:
+        if "ReadWriteOncePod" in modes:
+            raise RetrieveError(
+                f"claim {names.claim} is ReadWriteOncePod and pod {users[0].metadata.name} has it "
+                "mounted: retrieve after the job ends (or stop it)",
+                2,
+            )
+        node = users[0].spec.node_name  # ReadWriteOnce: mountable on that node only
+    job = cluster.job(names.job)
+    job_image = cluster.job_api.job_image(job) if job is not None else None
+    if image is None and job_image is None:
+        raise RetrieveError(
+            f"job {names.job} is gone, and with it the image it ran: pass --image IMAGE "
+            "(any image with tar; the trainer image also describes the checkpoints)",
+            2,
+        )
+    pull_secret = names.pull_secret
+    if pull_secret is not None and not cluster.secret_exists(pull_secret):
+        pull_secret = None  # destroyed with the stack; a public --image needs none
+    return Reader(
+        image=image or job_image or "",
+        pull_secret=pull_secret,
+        node=node,
+        trainer_image=image is None,
+    )
+
+
+def manifest_entries(directory: Path) -> list[CheckpointEntry]:
+    """The committed checkpoints of a copied manifest, oldest first (the trainer's reader)."""
+    from trainer.checkpoint import CheckpointStore
+
+    return CheckpointStore(directory).manifest()
+
+
+def select_entries(
+    entries: Sequence[CheckpointEntry], *, epoch: int | None, every: bool
+) -> list[CheckpointEntry]:
+    """The newest checkpoint; with `every`, all; with `epoch`, the newest one after that many
+    epochs (a mid-epoch checkpoint of the epoch after N is not epoch N's)."""
+    if not entries:
+        raise RetrieveError("the manifest lists no committed checkpoint yet")
+    if every:
+        return list(entries)
+    if epoch is None:
+        return [entries[-1]]
+    matching = [e for e in entries if e.epochs_completed == epoch and e.step_in_epoch == 0]
+    if not matching:
+        available = sorted({e.epochs_completed for e in entries if e.step_in_epoch == 0})
+        raise RetrieveError(
+            f"--epoch = {epoch}: no committed checkpoint after epoch {epoch}; the manifest has "
+            f"epochs {', '.join(map(str, available)) or 'none (only mid-epoch checkpoints)'}",
+            2,
+        )
+    return [matching[-1]]
+
+
+class _ExecStdout(io.RawIOBase):
+    """A command's stdout in a pod, read as a binary stream (what `tarfile` reads from)."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self._buffer = b""
+        self.stderr = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while not self._buffer and self._ws.is_open():
+            self._ws.update(timeout=1)
+            self._buffer += self._ws.read_stdout() or b""
+            self.stderr += self._ws.read_stderr() or b""
+        size = min(len(target), len(self._buffer))
+        target[:size] = self._buffer[:size]
+        self._buffer = self._buffer[size:]
+        return size
+
+
+class ReaderPod:
+    """The reader pod, created on enter and deleted on exit, whatever happens in between."""
+
+    def __init__(self, cluster: Cluster, settings: StackSettings, reader: Reader) -> None:
+        self.cluster = cluster
+        self.name = f"{settings.job.name}-checkpoint-reader-{secrets.token_hex(3)}"
+        self.manifest = checkpoint_reader_pod_manifest(
+            settings,
+            name=self.name,
+            image=reader.image,
+            pull_secret=reader.pull_secret,
+            node=reader.node,
+            deadline_seconds=DEADLINE_SECONDS,
+        )
+
+    def __enter__(self) -> ReaderPod:
+        self.cluster.core.create_namespaced_pod(self.cluster.namespace, self.manifest)
+        try:
+            self._wait_running()
+        except BaseException:
+            self.delete()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+    def delete(self) -> None:
+        from kubernetes import client
+
+        with contextlib.suppress(client.ApiException):
+            self.cluster.core.delete_namespaced_pod(
+                self.name, self.cluster.namespace, grace_period_seconds=0
+            )
+
+    def _wait_running(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            pod = self.cluster.core.read_namespaced_pod(self.name, self.cluster.namespace)
+            if pod.status.phase == "Running":
+                return
+            if pod.status.phase in ("Failed", "Succeeded"):
+                raise RetrieveError(f"reader pod {self.name} ended ({pod.status.phase})")
+            for status in pod.status.container_statuses or []:
+                waiting = status.state.waiting if status.state else None
+                if waiting is not None and waiting.reason in START_FAILURES:
+                    raise RetrieveError(
+                        f"reader pod {self.name} cannot start ({status.image}): {waiting.reason}"
+                        + (f": {waiting.message}" if waiting.message else "")
+                    )
+            time.sleep(1)
+        raise RetrieveError(f"reader pod {self.name} did not start in {START_TIMEOUT_S:.0f}s")
+
+    def _exec(self, command: list[str]) -> Any:
+        from kubernetes import client
+        from kubernetes.stream import stream
+
+        return stream(
+            client.CoreV1Api(self.cluster.api).connect_get_namespaced_pod_exec,
+            self.name,
+            self.cluster.namespace,
+            command=command,
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+            binary=True,
+            _preload_content=False,
+        )
+
+    def run(self, command: list[str]) -> tuple[int, str, str]:
+        """Exit code, stdout and stderr of a command in the pod."""
+        ws = self._exec(command)
+        out, err = b"", b""
+        while ws.is_open():
+            ws.update(timeout=1)
+            out += ws.read_stdout() or b""
+            err += ws.read_stderr() or b""
+        ws.close()
+        return ws.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def copy_out(self, directory: str, files: Sequence[str], out: Path) -> None:
+        """`tar` the files of `directory` in the pod into `out` here, streamed, never buffered
+        whole (checkpoints run to gigabytes)."""
+        ws = self._exec(["tar", "-cf", "-", "-C", directory, *files])
+        stdout = _ExecStdout(ws)
+        with tarfile.open(fileobj=io.BufferedReader(stdout), mode="r|") as archive:
+            archive.extractall(out, filter="data")
+        ws.close()
+        if ws.returncode:
+            raise RetrieveError(
+                f"tar of {directory} in {self.name} failed ({ws.returncode}): "
+                + stdout.stderr.decode(errors="replace").strip()
+            )
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def retrieve(
+    settings: StackSettings,
+    out: Path,
+    *,
+    epoch: int | None = None,
+    every: bool = False,
+    image: str | None = None,
+    say: Any = print,
+) -> list[Path]:
+    """Copy the selected checkpoints, manifest and metrics to `out`; return the copied
+    checkpoints, each verified against the manifest."""
+    cluster = Cluster(settings)
+    reader = plan_reader(settings, cluster, image)
+    directory = settings.checkpoint_dir
+    with ReaderPod(cluster, settings, reader) as pod:
+        say(f"reader pod {pod.name} mounts claim {resource_names(settings).claim} read-only")
+        if reader.trainer_image:
+            code, described, err = pod.run(["python3", "-m", "trainer.checkpoint", directory])
+            if code != 0:
+                raise RetrieveError(err.strip().splitlines()[-1] if err.strip() else "failed")
+            say(described.strip())
+        listed = pod.run(["ls", "-1", "--", directory])
+        if listed[0] != 0 or MANIFEST not in listed[1].split():
+            raise RetrieveError(f"no committed checkpoint in {directory} on the claim yet")
+        out.mkdir(parents=True, exist_ok=True)
+        extras = [name for name in (MANIFEST, METRICS) if name in listed[1].split()]
+        pod.copy_out(directory, extras, out)
+        chosen = select_entries(manifest_entries(out), epoch=epoch, every=every)
+        pod.copy_out(directory, [entry.file for entry in chosen], out)
+    copied = []
+    for entry in chosen:
+        path = out / entry.file
+        if path.stat().st_size != entry.size or file_sha256(path) != entry.sha256:
+            raise RetrieveError(f"{path}: does not match its manifest entry (size, sha256)")
+        say(f"{path}: epoch {entry.epochs_completed}, sha256 {entry.sha256} verified")
+        copied.append(path)
+    return copied
+
+
+class Terminated(BaseException):
+    """SIGTERM: like Ctrl-C, it unwinds through the reader pod's deletion."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.retrieve",
+        description="Copy a stack's checkpoints from its claim, through a short-lived pod.",
+    )
+    add_stack_arguments(parser)
+    parser.add_argument(
+        "--out", type=Path, help="where the copies go (default: .checkpoints/<stack>-retrieved)"
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every committed checkpoint")
+    which.add_argument("--epoch", type=int, help="the checkpoint after epoch N")
+    parser.add_argument(
+        "--image",
+        help="the reader pod's image when the job (and its image) is gone: any image with tar",
+    )
+    args = parser.parse_args(argv)
+    out = args.out or REPO_ROOT / ".checkpoints" / f"{args.stack}-retrieved"
+    try:
+        settings = load_stack_file(args.stack, args.stack_dir)
+        with sigterm_as_interrupt():
+            retrieve(settings, out, epoch=args.epoch, every=args.all, image=args.image)
+    except SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except RetrieveError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except (KeyboardInterrupt, Terminated) as stop:
+        print("interrupted: the reader pod was deleted", file=sys.stderr)
+        return 143 if isinstance(stop, Terminated) else 130
+    print(f"copied to {out}: python -m trainer.plot {shlex.quote(str(out))} draws the loss curve")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
