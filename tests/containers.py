@@ -22,12 +22,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, pick_free_port
+from tests.conftest import REPO_ROOT
 from tools import container_backend
+from tools.ports import free_port
 
 TEST_IMAGE = "localhost/pytorch-distributed-trainer:test"
 # What scripts/container-env.sh defaults to, and the Makefile passes on.
-RUNTIME = os.environ.get("CONTAINER_RUNTIME", "runc")
+RUNTIME = os.environ.get("CONTAINER_RUNTIME", container_backend.DEFAULT_RUNTIME)
 ENGINE = container_backend.Engine("podman", RUNTIME or None)
 BUILD_TIMEOUT_S = 1800
 REGISTRY_SCRIPT = REPO_ROOT / "scripts" / "local-registry.sh"
@@ -124,7 +125,7 @@ def local_registry(
 ) -> Iterator[Registry]:
     """scripts/local-registry.sh on a free port, stopped on exit; with `username`, it requires
     authentication with `password`."""
-    port = pick_free_port()
+    port = free_port()
     args = [str(REGISTRY_SCRIPT), "start", str(directory / "registry"), str(port)]
     env = dict(os.environ)
     if username is not None:

@@ -41,12 +41,25 @@ from components.job_apis import PodRole, api_of_job
 from tools.supervisor import REPLICA_TAG, ReplicaCommand
 
 ENGINES = ("podman", "docker")
-DEFAULT_IMAGE = "localhost/pytorch-distributed-trainer:local"
 DEFAULT_SHM_SIZE = "1g"
 LOOPBACK = "127.0.0.1"
 LABEL_PREFIX = "pytorch-distributed.run-local"
 # Values a pod gets from its own metadata (the downward API); nothing else is resolvable here.
 _FIELD_REFS = ("metadata.name", "metadata.namespace")
+DEFAULTS_FILE = Path(__file__).resolve().parent / "containers" / "defaults.env"
+
+
+def read_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
+    """The NAME=value lines of tools/containers/defaults.env, which the Makefile and the scripts
+    read as well: the image name, podman's runtime and configuration files live there once."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pairs = (line.partition("=") for line in lines if line.strip() and not line.startswith("#"))
+    return {name.strip(): value.strip() for name, _, value in pairs}
+
+
+DEFAULTS = read_defaults()
+DEFAULT_IMAGE = DEFAULTS["TRAINER_IMAGE"]
+DEFAULT_RUNTIME = DEFAULTS["DEFAULT_CONTAINER_RUNTIME"]
 
 
 class ContainerBackendError(ValueError):
@@ -267,9 +280,10 @@ def engine_environment(host_env: Mapping[str, str], repo_root: Path) -> dict[str
     """The engine's environment: the host's, with this project's podman configuration unless the
     caller chose another (CONTAINERS_CONF / CONTAINERS_REGISTRIES_CONF already set)."""
     env = dict(host_env)
-    conf_dir = repo_root / "tools" / "containers"
-    env.setdefault("CONTAINERS_CONF", str(conf_dir / "containers.conf"))
-    env.setdefault("CONTAINERS_REGISTRIES_CONF", str(conf_dir / "registries.conf"))
+    env.setdefault("CONTAINERS_CONF", str(repo_root / DEFAULTS["CONTAINERS_CONF_FILE"]))
+    env.setdefault(
+        "CONTAINERS_REGISTRIES_CONF", str(repo_root / DEFAULTS["CONTAINERS_REGISTRIES_CONF_FILE"])
+    )
     return env
 
 

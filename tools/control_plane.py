@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import IO, Any
 
 import yaml
 
+from tools.ports import free_port
 from tools.trainer_plane import start_trainer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,12 +70,6 @@ def build_tools(*, quiet: bool = False) -> Path:
         text=True,
     )
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ControlPlaneError(RuntimeError):

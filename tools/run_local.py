@@ -59,7 +59,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -70,6 +69,7 @@ from components.job_apis import JobApiError, PodRole, api_of_job, api_of_setting
 from components.manifests import APP_DIR, resource_names
 from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
 from tools import container_backend
+from tools.ports import free_port
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
 
@@ -215,12 +215,6 @@ def choose_devices(settings: StackSettings) -> tuple[StackSettings, list[str], s
     )
     cpu_job = dataclasses.replace(job, gpus_per_node=0)
     return dataclasses.replace(settings, job=cpu_job), [""] * job.nodes, notice
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCAL_MASTER_ADDR, 0))
-        return int(sock.getsockname()[1])
 
 
 class PathMapper:

@@ -134,7 +134,8 @@ def start_trainer(plane: ControlPlane) -> None:
     wait; then the torch-distributed ClusterTrainingRuntime, through Trainer's webhook."""
     from kubernetes import utils
 
-    from tools.control_plane import _http_ok, free_port
+    from tools.control_plane import _http_ok
+    from tools.ports import free_port
 
     share = plane.bin_dir.parent
     api = plane.api()

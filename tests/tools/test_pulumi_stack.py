@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO_ROOT
+
 SCRIPT = REPO_ROOT / "scripts" / "pulumi-stack.sh"
 FAKE_PULUMI = """#!/usr/bin/env bash
 # Stand-in for the Pulumi CLI: records each call; `whoami` fails (not logged in).

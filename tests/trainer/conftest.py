@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT, pick_free_port
+from tests.conftest import REPO_ROOT
 from tools import procs
+from tools.ports import free_port
 from trainer.checkpoint import CheckpointError, CheckpointStore, describe
 from trainer.checkpoint_schema import TrainingCheckpoint
 
@@ -57,7 +58,7 @@ def torchrun_command(
         "--master-addr",
         "127.0.0.1",
         "--master-port",
-        str(pick_free_port()),
+        str(free_port()),
         "-m",
         "trainer",
         *args,

@@ -22,8 +22,8 @@ from components.job_apis.trainjob import (
 from components.job_state import job_state
 from components.manifests import ENTRYPOINT, stack_objects
 from components.settings import SettingsError, StackSettings, load_stack_file, parse_settings
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 API = job_api("trainjob")
 JOB = "ddp-trainjob"  # job.name of the trainjob stack
 
