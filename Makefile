@@ -107,13 +107,13 @@ $(STAMP) $(POLICY_STAMP): | pulumi-cli
 endif
 
 preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
-	scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
+	PYTHON=$(BIN)/python scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
 
 up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
-	scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
+	PYTHON=$(BIN)/python scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
 
 destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
-	scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
+	PYTHON=$(BIN)/python scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
 
 status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follows the master's log to the end.
 	$(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)

@@ -171,6 +171,9 @@ class BuildLeftovers:
         options = pulumi.ResourceHookOptions(ignore_errors=True)
         self._snapshot = pulumi.ResourceHook(f"{name}-store-before", self._record, options)
         self._cleanup = pulumi.ResourceHook(f"{name}-leftovers", self._remove, options)
+        # A build whose push then failed (the registry unreachable) left the same: the next
+        # `pulumi up` builds again, so without this every failed push would add its set.
+        self._after_failure = pulumi.ErrorHook(f"{name}-leftovers-on-error", self._failed)
 
     def binding(self) -> pulumi.ResourceHookBinding:
         return pulumi.ResourceHookBinding(
@@ -178,10 +181,24 @@ class BuildLeftovers:
             before_update=[self._snapshot],
             after_create=[self._cleanup],
             after_update=[self._cleanup],
+            on_error=[self._after_failure],
         )
 
     def _record(self, args: pulumi.ResourceHookArgs) -> None:
         self._before = Engine.from_env().contents()
+
+    def _failed(self, args: pulumi.ErrorHookArgs) -> bool:
+        """Remove what the failed build left; never retry (the next `pulumi up` builds again)."""
+        if self._before is None or args.failed_operation not in ("create", "update"):
+            return False
+        image = str((args.new_inputs or {}).get("imageName") or "")
+        try:
+            engine = Engine.from_env()
+            Leftovers.of_build(engine, image, self._before).remove(engine)
+        except Exception as error:  # a failed cleanup must not hide the build's own error
+            pulumi.log.warn(f"could not remove what the failed build of {image} left: {error}")
+        self._before = None
+        return False
 
     def _remove(self, args: pulumi.ResourceHookArgs) -> None:
         if self._before is None:

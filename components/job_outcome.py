@@ -16,7 +16,9 @@ in the state.
 
 What the hooks do, per `job.waitFor` (none and created register none):
 - after create (also the create of a replacement): wait until Running (`running`, Succeeded
-  counts too) or Succeeded (`succeeded`); fail when the job fails first; `running` gives up
+  counts too) or Succeeded (`succeeded`); fail when the job fails first, or as soon as a pod's
+  container cannot start (an image the node cannot pull with the stack's credential, a missing
+  Secret: job_state.START_FAILURES), with the kubelet's message; `running` gives up
   after RUNNING_TIMEOUT_SECONDS, naming what each pod waits for; `succeeded` waits as long as
   the job runs (its `activeDeadlineSeconds` ends it);
 - after update: the provider updated the job in place, which only ever changes its metadata
@@ -142,7 +144,7 @@ class JobOutcome:
                     )
                     return state
             state = watch.wait(
-                target.reached,
+                lambda state: target.reached(state) or bool(state.replicas_that_cannot_start),
                 timeout=RUNNING_TIMEOUT_SECONDS if target.wait_for == "running" else None,
                 on_change=Progress(lambda line: log("info", line)),
                 describe=Progress.key,
@@ -164,6 +166,18 @@ class JobOutcome:
             raise JobOutcomeError(
                 f"cannot watch {target.title} (job.waitFor: {target.wait_for}): {error}"
             ) from None
+        if not target.reached(state):
+            raise JobOutcomeError(
+                "\n".join(
+                    [
+                        f"{target.title}: a pod cannot start "
+                        f"(job.waitFor: {target.wait_for}); the job stays created, and its pods "
+                        "start once the cause is fixed:",
+                        *(f"  {replica_line(r)}" for r in state.replicas_that_cannot_start),
+                        *(f"  {step}" for step in target.next_steps(urn)[:1]),
+                    ]
+                )
+            )
         if state.outcome == "Failed":
             logs = {r.pod: watch.log_tail(r) for r in state.failed_replicas}
             raise JobOutcomeError(failure_report(state, logs, next_steps=target.next_steps(urn)))

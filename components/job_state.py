@@ -25,6 +25,21 @@ DEFAULT_KIND = "PyTorchJob"
 LOG_LINES = 20
 # The order a person reads a job's life in; conditions the operator adds later go last.
 CONDITION_ORDER = ("Created", "Suspended", "Running", "Restarting", "Succeeded", "Failed")
+# The trainer's exit code when a collective fails because another rank is gone (trainer/cli.py's
+# EXIT_PEER_LOST; components do not import the trainer package, a test checks they agree).
+PEER_LOST_EXIT_CODE = 200
+# What a container waits for when it will not start without a change: a credential, reference or
+# Secret that is wrong stays wrong, though the kubelet keeps retrying with a growing back-off.
+START_FAILURES = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,10 @@ class Replica:
     @property
     def failed(self) -> bool:
         return self.phase == "Failed" or self.exit_code not in (None, 0)
+
+    @property
+    def cannot_start(self) -> bool:
+        return self.waiting in START_FAILURES
 
     @property
     def state(self) -> str:
@@ -117,6 +136,10 @@ class JobState:
     def failed_replicas(self) -> list[Replica]:
         return [replica for replica in self.replicas if replica.failed]
 
+    @property
+    def replicas_that_cannot_start(self) -> list[Replica]:
+        return [replica for replica in self.replicas if replica.cannot_start]
+
 
 def _int(value: Any) -> int | None:
     try:
@@ -144,6 +167,14 @@ def replica_of(pod: Mapping[str, Any], api: JobApi | None = None) -> Replica:
     ended = terminated or last or {}
     message = ended.get("message") or ""
     waiting = state.get("waiting") or {}
+    if waiting.get("reason") not in START_FAILURES:
+        # The operator's init container (a worker's wait for the master) pulls an image too;
+        # while it cannot, the training container only says PodInitializing.
+        for init in status.get("initContainerStatuses") or []:
+            init_waiting = (init.get("state") or {}).get("waiting") or {}
+            if init_waiting.get("reason") in START_FAILURES:
+                waiting = init_waiting
+                break
     if waiting:
         message = waiting.get("message") or message
     unscheduled = [
@@ -221,6 +252,8 @@ def exit_code_meaning(code: int | None, reason: str) -> str:
         return "killed by SIGKILL (out of memory, or still running after its grace period)"
     if code == 130:
         return "stopped by SIGINT"
+    if code == PEER_LOST_EXIT_CODE:
+        return "lost a peer (another pod stopped or failed); the pod is recreated and resumes"
     if code > 128:
         return f"ended by signal {code - 128}"
     return "the training code or its data failed (see its log)"

@@ -44,6 +44,13 @@ RUNAI_QUEUE_LABEL = "runai/queue"
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
+# Every object is applied (server-side) under this one field manager, instead of a random name
+# per `pulumi up` (pulumi-kubernetes' default). An object an interrupted update created but never
+# recorded is adopted by the next update's create; under one name that adoption owns exactly the
+# same fields, where a second random name would leave the first co-owning them and turn the next
+# change of any of them into an apply conflict.
+FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
+FIELD_MANAGER = "pytorch-distributed"
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ def object_metadata(settings: StackSettings, name: str, component: str) -> dict[
             **common_labels(settings),
             "app.kubernetes.io/component": component,
         },
+        "annotations": {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
     }
 
 
@@ -151,7 +159,7 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
         spec["storageClassName"] = checkpoints.storage_class
     metadata = object_metadata(settings, resource_names(settings).claim, "checkpoints")
     if checkpoints.retain_on_destroy:
-        metadata["annotations"] = {RETAIN_ANNOTATION: "true"}
+        metadata["annotations"][RETAIN_ANNOTATION] = "true"
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",

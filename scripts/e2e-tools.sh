@@ -49,6 +49,15 @@ DOCKER_PROVIDER_SHA256=41a3cf1c89a934197a3384db35934b18bad11ba44b492cdb5051fd10e
 # version list stops at v3.120.0). v3.120.0 builds, and a stack's build, push, registry lookup
 # and delete work with it. PROVENANCE says so.
 DOCKER_PROVIDER_BRIDGE_VERSION=v3.120.0
+# The real node's pieces (tools/real_node.py): its kubelet is the API server's version, from the
+# same wrapper module; CoreDNS with the kubernetes plugin (and the few it needs), from the proxy;
+# the sandbox ("pause") image built here, since its public registry cannot be reached. Bump
+# PAUSE_IMAGE_VERSION (INIT_IMAGE_VERSION) when build_pause (build_init_image) changes. The init
+# container image replaces the training operator's default alpine:3.10 (Docker Hub) for every
+# plane. containerd, runc and the CNI plugins are Debian's.
+COREDNS_VERSION=1.15.0
+PAUSE_IMAGE_VERSION=1
+INIT_IMAGE_VERSION=3
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${PD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pytorch-distributed/e2e}
@@ -64,6 +73,10 @@ TOOLS=(
   "kubernetes-$KUBERNETES_VERSION|kube-apiserver kube-controller-manager kube-scheduler|kube-apiserver, kube-controller-manager, kube-scheduler v$KUBERNETES_VERSION|build_kubernetes"
   "training-operator-$TRAINING_OPERATOR_VERSION|training-operator|training-operator v$TRAINING_OPERATOR_VERSION|build_training_operator"
   "kwok-$KWOK_VERSION|kwok|kwok v$KWOK_VERSION|build_kwok"
+  "kubelet-$KUBERNETES_VERSION|kubelet|kubelet v$KUBERNETES_VERSION|build_kubelet"
+  "coredns-$COREDNS_VERSION|coredns|CoreDNS v$COREDNS_VERSION (kubernetes plugin)|build_coredns"
+  "pause-image-$PAUSE_IMAGE_VERSION||sandbox (pause) image, a static Go binary|build_pause"
+  "init-image-$INIT_IMAGE_VERSION||the operator's init container image, Debian's busybox|build_init_image"
   "trainer-$TRAINER_VERSION|trainer-controller-manager|Kubeflow Trainer controller manager v$TRAINER_VERSION|build_trainer"
   "jobset-$JOBSET_VERSION|jobset|JobSet controller v$JOBSET_VERSION|build_jobset"
 )
@@ -209,26 +222,41 @@ build_docker_provider() {
   echo "pulumi-resource-docker: $archive (sha256 $DOCKER_PROVIDER_SHA256), pulumi-docker v$DOCKER_PROVIDER_VERSION with its upstream terraform-provider-docker; pulumi-terraform-bridge/v3 $DOCKER_PROVIDER_BRIDGE_VERSION instead of the required v3.125.0, which the Go module proxy refuses" >"$out/PROVENANCE"
 }
 
-build_kubernetes() {
+# The wrapper module of k8s.io/kubernetes in $work/mod (each staging module, replaced by
+# ./staging/src/k8s.io/<name> upstream, by its published twin) and the version ldflags its
+# binaries are built with, in $kubernetes_ldflags.
+kubernetes_module() {
   local source replacements=() staging
   source=$(module_dir "k8s.io/kubernetes@v$KUBERNETES_VERSION")
-  # Each staging module (replaced by ./staging/src/k8s.io/<name> upstream) by its published twin.
   while read -r staging; do
     replacements+=("$staging=$staging@v0.${KUBERNETES_VERSION#1.}")
   done < <(sed -n 's#^\t\(k8s.io/[a-z-]*\) => ./staging/src/.*#\1#p' "$source/go.mod")
   wrapper_module "$work/mod" k8s.io/kubernetes "v$KUBERNETES_VERSION" "${replacements[@]}"
-  cd "$work/mod"
   local minor=${KUBERNETES_VERSION#1.}
   minor=${minor%%.*}
-  local ldflags="-s -w" pkg component
+  local pkg
+  kubernetes_ldflags="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=v$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ldflags+=" -X $pkg.gitTreeState=clean"
+    kubernetes_ldflags+=" -X $pkg.gitVersion=v$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    kubernetes_ldflags+=" -X $pkg.gitTreeState=clean"
   done
+}
+
+build_kubernetes() {
+  kubernetes_module
+  cd "$work/mod"
+  local component
   for component in kube-apiserver kube-controller-manager kube-scheduler; do
-    go build -trimpath -ldflags "$ldflags" -o "$out/bin/$component" "k8s.io/kubernetes/cmd/$component"
+    go build -trimpath -ldflags "$kubernetes_ldflags" -o "$out/bin/$component" "k8s.io/kubernetes/cmd/$component"
     echo "$component: k8s.io/kubernetes@v$KUBERNETES_VERSION cmd/$component, staging modules at their published v0.${KUBERNETES_VERSION#1.}, Go module proxy" >>"$out/PROVENANCE"
   done
+}
+
+build_kubelet() {
+  kubernetes_module
+  cd "$work/mod"
+  go build -trimpath -ldflags "$kubernetes_ldflags" -o "$out/bin/kubelet" k8s.io/kubernetes/cmd/kubelet
+  echo "kubelet: k8s.io/kubernetes@v$KUBERNETES_VERSION cmd/kubelet, staging modules at their published v0.${KUBERNETES_VERSION#1.}, Go module proxy" >"$out/PROVENANCE"
 }
 
 build_training_operator() {
@@ -251,6 +279,162 @@ build_kwok() {
   cp "$source"/kustomize/stage/node/fast/node-initialize.yaml \
     "$source"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml "$out/share/kwok-stages/"
   echo "kwok: sigs.k8s.io/kwok@v$KWOK_VERSION cmd/kwok and its fast node and pod stages, Go module proxy" >"$out/PROVENANCE"
+}
+
+# CoreDNS's own main with only the plugins the real node's Corefile uses (tools/real_node.py), in
+# their upstream order: the kubernetes plugin and client-go are most of it, and the rest of the
+# default build (cloud DNS backends and their SDKs) would triple the build for nothing.
+build_coredns() {
+  mkdir -p "$work/mod" && cd "$work/mod"
+  go mod init e2e-tools.local/coredns >/dev/null 2>&1
+  go mod edit -require "github.com/coredns/coredns@v$COREDNS_VERSION"
+  cat >main.go <<'GO'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func init() {
+	dnsserver.Directives = []string{"bind", "ready", "health", "errors", "log", "kubernetes"}
+}
+
+func main() { coremain.Run() }
+GO
+  go build -trimpath -ldflags "-s -w" -o "$out/bin/coredns" .
+  echo "coredns: github.com/coredns/coredns@v$COREDNS_VERSION coremain with the bind, ready, health, errors, log and kubernetes plugins, Go module proxy" >"$out/PROVENANCE"
+}
+
+# The sandbox image every pod's network namespace is held by: a static Go binary that waits for
+# SIGINT or SIGTERM and reaps the children it inherits as PID 1.
+build_pause() {
+  mkdir -p "$work/mod" "$work/root"
+  cd "$work/mod"
+  go mod init e2e-tools.local/pause >/dev/null 2>&1
+  cat >main.go <<'GO'
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	signals := make(chan os.Signal, 8)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for sig := range signals {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			if pid, _ := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 {
+				break
+			}
+		}
+	}
+}
+GO
+  go build -trimpath -ldflags "-s -w" -o "$work/root/pause" .
+  oci_archive "localhost/pytorch-distributed-pause:$PAUSE_IMAGE_VERSION" '["/pause"]' "$out/share/pause"
+  echo "pause image $(cat "$out/share/pause/ref"): a static binary ($(go version | cut -d' ' -f3)) in an OCI archive made here" >"$out/PROVENANCE"
+}
+
+# The image of the init container the training operator adds to every worker pod, which runs
+# `sh -c 'for i in $(seq N); do if nslookup MASTER; then ...; sleep 2; done'` until the
+# master's name resolves: upstream's default, alpine:3.10, is on Docker Hub, which cannot be
+# reached. sh, seq, sleep and echo are Debian's busybox with the libraries it links from
+# Debian's libc6 (both unpacked, not installed). busybox's own nslookup fails whenever any of
+# the pod's search domains answers NXDOMAIN, even with the name found through another, so
+# `nslookup` on PATH is a static Go program that succeeds once the name resolves through the
+# pod's resolv.conf (search domains and ndots included). (The static busybox-static would run
+# its own nslookup applet whatever PATH holds.)
+build_init_image() {
+  mkdir -p "$work/deb" "$work/root/bin" "$work/root/lib/x86_64-linux-gnu" "$work/root/lib64" "$work/mod"
+  # A fresh machine may have no package lists yet.
+  apt-cache show busybox >/dev/null 2>&1 || apt-get update -qq
+  (cd "$work" && apt-get download busybox libc6 >/dev/null)
+  local deb applet library
+  for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/deb"; done
+  cp "$work/deb/bin/busybox" "$work/root/bin/busybox"
+  for applet in sh seq sleep echo; do ln -s busybox "$work/root/bin/$applet"; done
+  for library in libc.so.6 libresolv.so.2; do
+    cp -L "$work/deb/lib/x86_64-linux-gnu/$library" "$work/root/lib/x86_64-linux-gnu/"
+  done
+  cp -L "$work/deb/lib64/ld-linux-x86-64.so.2" "$work/root/lib64/"
+  cd "$work/mod"
+  go mod init e2e-tools.local/nslookup >/dev/null 2>&1
+  cat >main.go <<'GO'
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: nslookup NAME")
+		os.Exit(2)
+	}
+	addresses, err := net.LookupHost(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("Name:\t%s\n", os.Args[1])
+	for _, address := range addresses {
+		fmt.Printf("Address: %s\n", address)
+	}
+}
+GO
+  go build -trimpath -ldflags "-s -w" -o "$work/root/bin/nslookup" .
+  oci_archive "localhost/pytorch-distributed-init:$INIT_IMAGE_VERSION" '["/bin/sh"]' "$out/share/init-image"
+  echo "init container image $(cat "$out/share/init-image/ref"): $(cd "$work" && echo *.deb) from Debian (bin/busybox as sh, seq, sleep, echo; libc, libresolv, the loader) and a static Go nslookup ($(go version | cut -d' ' -f3)), in an OCI archive made here" >"$out/PROVENANCE"
+}
+
+# $work/root as a one-layer image REF with ENTRYPOINT (a JSON list), an OCI archive for `ctr
+# images import` in DIR/image.tar and its reference in DIR/ref. Reproducible: fixed owner and
+# times, no gzip name or timestamp.
+oci_archive() {
+  local ref=$1 entrypoint=$2 dir=$3 layout=$work/oci
+  mkdir -p "$layout/blobs/sha256" "$dir"
+  tar --create --owner=0 --group=0 --numeric-owner --mtime=@0 --sort=name \
+    -C "$work/root" -f "$work/layer.tar" .
+  gzip -n -9 <"$work/layer.tar" >"$work/layer.tar.gz"
+  local diff_id layer config manifest
+  diff_id=$(sha256sum <"$work/layer.tar" | cut -d' ' -f1)
+  layer=$(blob "$work/layer.tar.gz")
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+    "$entrypoint" "$diff_id" >"$work/config.json"
+  config=$(blob "$work/config.json")
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json",%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip",%s}]}' \
+    "$config" "$layer" >"$work/manifest.json"
+  manifest=$(blob "$work/manifest.json")
+  printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json",%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+    "$manifest" "$ref" "${ref##*:}" >"$layout/index.json"
+  echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
+  tar --create --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$layout" \
+    -f "$dir/image.tar" oci-layout index.json blobs
+  echo "$ref" >"$dir/ref"
+}
+
+# Copies $1 into the OCI layout's blobs and prints its descriptor's "digest" and "size" fields.
+blob() {
+  local digest size
+  digest=$(sha256sum <"$1" | cut -d' ' -f1)
+  size=$(stat -c %s "$1")
+  cp "$1" "$work/oci/blobs/sha256/$digest"
+  printf '"digest":"sha256:%s","size":%s' "$digest" "$size"
 }
 
 # Trainer v2: its controller manager, its CRDs and the torch-distributed ClusterTrainingRuntime.
@@ -299,6 +483,33 @@ install_etcd() {
   ln -sfn /usr/bin/etcd "$bin/etcd"
 }
 
+# The real node's runtime from Debian: containerd 1.6 (with its runc v2 shim and ctr), runc, and
+# the CNI plugins (cni/ beside bin/). Only linked: tools/real_node.py runs containerd with a
+# config and state of its own, never the packaged service.
+install_node_runtime() {
+  local binary missing=()
+  for binary in containerd containerd-shim-runc-v2 ctr runc; do
+    command -v "$binary" >/dev/null || missing+=("$binary")
+  done
+  [[ -x /usr/lib/cni/bridge ]] || missing+=(cni)
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    say "installing Debian's containerd, runc and containernetworking-plugins (apt-get)"
+    if [[ $(id -u) -ne 0 ]]; then
+      say "missing ${missing[*]}: run 'sudo apt-get install containerd runc containernetworking-plugins'"
+      exit 1
+    fi
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      containerd runc containernetworking-plugins >&2
+    # Debian starts the packaged service where systemd runs; the fixture runs its own.
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+  fi
+  for binary in containerd containerd-shim-runc-v2 ctr runc; do
+    ln -sfn "$(command -v "$binary")" "$bin/$binary"
+  done
+  ln -sfn /usr/lib/cni "$set_dir/cni"
+}
+
 step=0
 for entry in "${TOOLS[@]}"; do
   IFS='|' read -r name binaries what build <<<"$entry"
@@ -329,6 +540,7 @@ mkdir -p "$bin" "$set_dir/providers"
 for entry in "${TOOLS[@]}"; do
   dir=$tools/${entry%%|*}
   for path in "$dir"/bin/*; do
+    [[ -e $path ]] || continue # a tool of data only (share/)
     name=$(basename "$path")
     target=$bin/$name
     [[ $name == pulumi-resource-* ]] && target=$set_dir/providers/$name
@@ -339,5 +551,6 @@ for entry in "${TOOLS[@]}"; do
   fi
 done
 install_etcd
+install_node_runtime
 say "tools ready in $bin"
 echo "$bin"

@@ -10,6 +10,11 @@
 # stack's secrets with PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE), taken from
 # the environment. preview and up run the policy pack (policy/) with policy/config/<stack>.json.
 # up and destroy ask for confirmation on a terminal; elsewhere set PULUMI_SKIP_CONFIRMATIONS=true.
+#
+# The command itself runs through tools/pulumi_run.py (python3, standard library only): before it,
+# a lock left by a pulumi command that is gone (file backend) is removed and the operations an
+# interrupted update left unfinished are resolved; after a failure, one line says why and what
+# the next command does. README.md, "Troubleshooting: interrupted and failed updates", lists them.
 set -euo pipefail
 
 die() {
@@ -56,7 +61,9 @@ if [[ -f "policy/config/$stack.json" ]]; then
 fi
 
 case $action in
-  preview) exec pulumi preview --stack "$stack" --diff ${policy[@]+"${policy[@]}"} "$@" ;;
-  up) exec pulumi up --stack "$stack" --diff ${policy[@]+"${policy[@]}"} "$@" ;;
-  destroy) exec pulumi destroy --stack "$stack" "$@" ;;
+  preview | up) argv=(pulumi "$action" --stack "$stack" --diff ${policy[@]+"${policy[@]}"} "$@") ;;
+  destroy) argv=(pulumi destroy --stack "$stack" "$@") ;;
 esac
+command -v "${PYTHON:-python3}" >/dev/null 2>&1 ||
+  die "no ${PYTHON:-python3} on PATH: install Python 3 (the Pulumi program needs it too)"
+exec "${PYTHON:-python3}" -m tools.pulumi_run "$action" "$stack" -- "${argv[@]}"

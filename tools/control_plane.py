@@ -6,7 +6,9 @@ and reach Running without a kubelet or containers) run as plain processes from t
 `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
 genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real admission (Trainer's and
 JobSet's webhooks included), server-side apply, garbage collection, PV binding, the Job
-controller and the operators' reconciliation.
+controller and the operators' reconciliation. The API server reaches nodes and pods only through
+an egress proxy (tools/node_network.py), and `ControlPlane.real_node()` adds a node whose pods
+really run (tools/real_node.py).
 
     python -m tools.control_plane --workdir /tmp/cp   # start, print the kubeconfig, wait for ^C
 
@@ -27,12 +29,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
+from tools.node_network import NODE_NETWORK, NodeNamespaces
 from tools.ports import free_port
 from tools.trainer_plane import start_trainer
+
+if TYPE_CHECKING:
+    from tools.real_node import RealNode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
@@ -55,6 +61,8 @@ NODE_COUNT = 2
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
 PERSISTENT_VOLUMES = 6
 STARTUP_TIMEOUT = 120.0
+# Where a real node (tools/real_node.py) keeps its state, logs and namespaces, under the workdir.
+REAL_NODE_DIR = "real-node"
 
 
 def build_tools(*, quiet: bool = False) -> Path:
@@ -89,6 +97,58 @@ class _Process:
         return "\n".join(text[-lines:])
 
 
+def launch(
+    name: str, argv: list[str], *, workdir: Path, env: dict[str, str] | None = None
+) -> _Process:
+    """Start `argv` in a session of its own, its output in WORKDIR/NAME.log."""
+    log_path = workdir / f"{name}.log"
+    log = log_path.open("ab")
+    popen = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=workdir,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    return _Process(name, popen, log_path, log)
+
+
+def terminate(processes: list[_Process], grace: float = 15) -> None:
+    """SIGTERM each process's session (newest first), SIGKILL what outlives `grace` seconds."""
+    for process in reversed(processes):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in reversed(processes):
+        try:
+            process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait()
+        process.log.close()
+
+
+def wait_for(process: _Process, what: str, ready: Callable[[], bool]) -> None:
+    """Poll `ready` until true; fail naming `process` if it exits or STARTUP_TIMEOUT passes."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            raise ControlPlaneError(
+                f"{process.name} exited ({process.popen.returncode}) before {what}:\n"
+                + process.tail()
+            )
+        with contextlib.suppress(Exception):
+            if ready():
+                return
+        time.sleep(0.3)
+    raise ControlPlaneError(
+        f"{process.name}: no {what} after {STARTUP_TIMEOUT:.0f}s:\n" + process.tail()
+    )
+
+
 @dataclass
 class ControlPlane:
     """Start with `with ControlPlane(bin_dir, workdir) as cp:`; `cp.kubeconfig` is ready then."""
@@ -100,6 +160,9 @@ class ControlPlane:
     server: str = field(init=False)
     _processes: list[_Process] = field(default_factory=list, init=False)
     _service_account_key: Path = field(init=False)
+    # What stop_apiserver stopped: the command line start_apiserver runs again.
+    _stopped_apiserver: list[str] = field(default_factory=list, init=False)
+    _real_node: RealNode | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +191,7 @@ class ControlPlane:
     def start(self) -> None:
         token = secrets.token_hex(16)
         etcd_url = self._start_etcd()
+        self._start_egress_proxy()
         self._start_apiserver(etcd_url, token)
         self._write_kubeconfig(token)
         self._start("kube-controller-manager", self._controller_manager_args())
@@ -142,22 +206,61 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Terminate every component (newest first) and wait until none is left."""
-        for process in reversed(self._processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.popen.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for process in reversed(self._processes):
-            try:
-                process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait()
-            process.log.close()
+        if self._real_node is not None:
+            self._real_node.stop()
+        terminate(self._processes)
         self._processes.clear()
 
     def pids(self) -> list[int]:
         return [process.popen.pid for process in self._processes]
+
+    # -- faults: a component stopped and started again (tests/e2e/test_faults.py) ---------------
+
+    def stop_apiserver(self) -> None:
+        """Kill the API server (SIGKILL), as a crash or a lost network would: every client,
+        `pulumi up` included, gets connection refused until start_apiserver."""
+        self._stopped_apiserver = self._stop_component("kube-apiserver", signal.SIGKILL)
+
+    def start_apiserver(self) -> None:
+        """Start the API server stop_apiserver stopped with the same command line (port,
+        certificates, tokens, etcd), so the kubeconfig and every component's connection are
+        valid again; return once it answers /readyz."""
+        if not self._stopped_apiserver:
+            raise ControlPlaneError("start_apiserver: the API server was not stopped")
+        binary, *args = self._stopped_apiserver
+        process = self._start(Path(binary).name, args)
+        self._stopped_apiserver = []
+        token = (self.workdir / "pki" / "tokens.csv").read_text().split(",", 1)[0]
+        ca = self.workdir / "pki" / "apiserver.crt"
+        self._wait(
+            process, "/readyz", lambda: _http_ok(f"{self.server}/readyz", ca=ca, token=token)
+        )
+
+    def stop_operator(self) -> None:
+        """Stop the training operator: PyTorchJobs are stored, nothing creates their pods."""
+        self._stop_component("training-operator", signal.SIGTERM)
+
+    def start_operator(self) -> None:
+        """Start the training operator again; return once it is ready. It reconciles the jobs
+        created while it was down."""
+        self._start_operator()
+
+    def _stop_component(self, name: str, stop_signal: signal.Signals) -> list[str]:
+        """Stop one running component, wait until it is gone and forget it; its command line."""
+        process = next((p for p in self._processes if p.name == name), None)
+        if process is None:
+            raise ControlPlaneError(f"{name} is not running")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, stop_signal)
+        try:
+            process.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait()
+        process.log.close()
+        self._processes.remove(process)
+        return [str(arg) for arg in process.popen.args]
 
     # -- components -----------------------------------------------------------------------------
 
@@ -167,37 +270,16 @@ class ControlPlane:
         args: list[str],
         env: dict[str, str] | None = None,
         wrapper: list[str] | None = None,
+        command: list[str] | None = None,
     ) -> _Process:
-        log_path = self.workdir / f"{name}.log"
-        log = log_path.open("ab")
-        popen = subprocess.Popen(
-            [*(wrapper or []), str(self.bin_dir / name), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.workdir,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-        process = _Process(name, popen, log_path, log)
+        """Start NAME from the bin directory (or `command`, e.g. a Python module) with `args`."""
+        argv = [*(wrapper or []), *(command or [str(self.bin_dir / name)]), *args]
+        process = launch(name, argv, workdir=self.workdir, env=env)
         self._processes.append(process)
         return process
 
     def _wait(self, process: _Process, what: str, ready: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if process.popen.poll() is not None:
-                raise ControlPlaneError(
-                    f"{process.name} exited ({process.popen.returncode}) before {what}:\n"
-                    + process.tail()
-                )
-            with contextlib.suppress(Exception):
-                if ready():
-                    return
-            time.sleep(0.3)
-        raise ControlPlaneError(
-            f"{process.name}: no {what} after {STARTUP_TIMEOUT:.0f}s:\n" + process.tail()
-        )
+        wait_for(process, what, ready)
 
     def _start_etcd(self) -> str:
         client, peer = free_port(), free_port()
@@ -255,6 +337,13 @@ class ControlPlane:
                 # sees it Ready; here kwok is the kubelet and no lifecycle controller runs, so the
                 # taint would never go and nothing would schedule.
                 "--disable-admission-plugins=TaintNodesByCondition",
+                # A namespace's annotations can steer its pods onto the real node (its node
+                # selector and the toleration of its taint); other namespaces never land there.
+                "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
+                # Everything the API server sends to nodes and pods (logs, exec) goes through
+                # the egress proxy, which reaches only loopback and the real node's namespace.
+                f"--egress-selector-config-file={self._egress_selector_config()}",
+                "--kubelet-preferred-address-types=InternalIP",
             ],
         )
         ca = pki / "apiserver.crt"
@@ -263,6 +352,64 @@ class ControlPlane:
             "/readyz",
             lambda: ca.exists() and _http_ok(f"{self.server}/readyz", ca=ca, token=token),
         )
+
+    @property
+    def real_node_dir(self) -> Path:
+        return self.workdir / REAL_NODE_DIR
+
+    @property
+    def egress_socket(self) -> Path:
+        """The API server's way to nodes and pods (tools/node_network.py's egress proxy)."""
+        return self.workdir / "egress.sock"
+
+    def _start_egress_proxy(self) -> None:
+        sock = self.egress_socket
+        process = self._start(
+            "egress-proxy",
+            [
+                f"--socket={sock}",
+                f"--netns={NodeNamespaces(self.real_node_dir / 'ns').net}",
+                f"--node-network={NODE_NETWORK}",
+            ],
+            command=[sys.executable, "-m", "tools.node_network", "egress-proxy"],
+            env={"PYTHONPATH": str(REPO_ROOT)},
+        )
+        self._wait(process, "its socket", sock.exists)
+
+    def _egress_selector_config(self) -> Path:
+        path = self.workdir / "egress-selector.yaml"
+        config = {
+            "apiVersion": "apiserver.k8s.io/v1beta1",
+            "kind": "EgressSelectorConfiguration",
+            "egressSelections": [
+                {
+                    "name": "cluster",
+                    "connection": {
+                        "proxyProtocol": "HTTPConnect",
+                        "transport": {"uds": {"udsName": str(self.egress_socket)}},
+                    },
+                }
+            ],
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    @contextlib.contextmanager
+    def real_node(self, *, registry_user: str, registry_password: str) -> Iterator[RealNode]:
+        """A node with a kubelet, containerd and cluster DNS beside kwok's (tools/real_node.py),
+        and the authenticated registry it pulls from; stopped on exit (or with the plane)."""
+        from tools.real_node import RealNode
+
+        if self._real_node is not None:
+            raise ControlPlaneError("this control plane already has a real node")
+        node = RealNode(self, self.real_node_dir, registry_user, registry_password)
+        self._real_node = node
+        try:
+            node.start()
+            yield node
+        finally:
+            node.stop()
+            self._real_node = None
 
     def _write_kubeconfig(self, token: str) -> None:
         config = {
@@ -333,12 +480,22 @@ class ControlPlane:
                 f"--metrics-bind-address=127.0.0.1:{free_port()}",
                 f"--health-probe-bind-address=127.0.0.1:{probe}",
                 f"--webhook-server-port={free_port()}",
+                *self._init_container_image_args(),
             ],
             env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
             wrapper=wrapper,
         )
         self._wait(process, "its webhook certificate", self._mount_webhook_certificate)
         self._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
+
+    def _init_container_image_args(self) -> list[str]:
+        """The operator's init container (in every worker pod: it waits until the master's name
+        resolves) from the image scripts/e2e-tools.sh builds, which the real node holds; its
+        default, alpine:3.10, is on Docker Hub."""
+        ref = self.bin_dir.parent / "init-image" / "ref"
+        if not ref.exists():
+            return []
+        return [f"--pytorch-init-container-image={ref.read_text().strip()}"]
 
     def _mount_webhook_certificate(self) -> bool:
         """Do what the kubelet's secret volume does for the operator's pod: once the rotator has
@@ -522,19 +679,62 @@ def running(workdir: Path, bin_dir: Path | None = None) -> Iterator[ControlPlane
         yield plane
 
 
+REAL_NODE_USER = "e2e-robot"
+
+
+def _registry_password(workdir: Path) -> str:
+    """LOCAL_REGISTRY_PASSWORD, else a new one in WORKDIR/registry-password (mode 0600)."""
+    password = os.environ.get("LOCAL_REGISTRY_PASSWORD")
+    if password:
+        return password
+    path = workdir / "registry-password"
+    workdir.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+        file.write(secrets.token_urlsafe(16))
+    return path.read_text()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.control_plane", description=__doc__)
     parser.add_argument("--workdir", type=Path, required=True, help="state, logs, kubeconfig")
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also start a real node (kubelet, containerd, CoreDNS; as root) and the registry it "
+        "pulls from, user e2e-robot with LOCAL_REGISTRY_PASSWORD (or WORKDIR/registry-password)",
+    )
     args = parser.parse_args(argv)
+
     # Both stop it through the teardown below: a shell starts a background job (`... &`) with
     # SIGINT ignored, and Python's default for SIGTERM dies without tearing down, leaving etcd,
-    # the API server and the rest running.
+    # the API server and the rest running. The first signal starts the teardown, which further
+    # ones must not cut short; it may arrive at any moment, also before the pause.
+    def stop(_signum: int, _frame: object) -> None:
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, signal.default_int_handler)
-    with running(args.workdir) as plane:
+        signal.signal(stop_signal, stop)
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        running(args.workdir) as plane,
+        contextlib.ExitStack() as extras,
+    ):
+        if args.real_node:
+            node = extras.enter_context(
+                plane.real_node(
+                    registry_user=REAL_NODE_USER,
+                    registry_password=_registry_password(args.workdir),
+                )
+            )
+            print(
+                f"real node {node.name} up: pods of namespace {node.namespace} run there; "
+                f"registry {node.registry.address} (user {REAL_NODE_USER})",
+                flush=True,
+            )
         print(f"control plane up: export KUBECONFIG={plane.kubeconfig}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
+        signal.pause()
     return 0
 
 

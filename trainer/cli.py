@@ -25,8 +25,12 @@ DEFAULT_TASK = "trainer.task:regression_task"
 # local runner: 0 trained to the end (or nothing was left to train); 1 an unexpected error, with
 # its traceback; EXIT_REFUSED the arguments, or a checkpoint directory of another run, cannot
 # work, and a retry fails the same way; 128 + N stopped by signal N with a checkpoint committed,
-# so a restart resumes it.
+# so a restart resumes it; EXIT_PEER_LOST a collective failed because another rank is gone (its
+# pod deleted, preempted or killed, its node lost): the run itself is sound, and once the pods
+# are recreated it resumes from the last checkpoint. (components/job_state.py says what each
+# code means in `pulumi up`'s errors and `make status`.)
 EXIT_REFUSED = 2
+EXIT_PEER_LOST = 200
 DEFAULT_PG_TIMEOUT_S = 300.0
 
 

@@ -33,6 +33,17 @@ class DistContext:
         return self.rank == 0
 
 
+def lost_a_peer(error: BaseException) -> bool:
+    """Whether `error` is a collective's (or the rendezvous store's) failure to reach another
+    rank, rather than a fault of this rank's own: torch's DistError family (NCCL, the TCP store),
+    and gloo's transport errors, which torch raises as a plain RuntimeError whose message names
+    the transport's source file ("Connection reset by peer", "Connection closed by peer", a
+    receive that timed out)."""
+    if isinstance(error, dist.DistError):
+        return True
+    return isinstance(error, RuntimeError) and "gloo/transport/" in str(error)
+
+
 def select_device(local_rank: int) -> tuple[torch.device, str]:
     """CUDA + NCCL when this process can see a GPU, otherwise CPU + gloo."""
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:

@@ -35,6 +35,7 @@ from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_checkpoint
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
 from trainer.cli import (
     DEFAULT_PG_TIMEOUT_S,
+    EXIT_PEER_LOST,
     EXIT_REFUSED,
     TrainConfig,
     UsageError,
@@ -46,6 +47,7 @@ from trainer.distributed import (
     all_gather_object,
     configure_logging,
     init_distributed,
+    lost_a_peer,
     shutdown,
 )
 from trainer.metrics import EpochLoss, MetricsLog, rewind
@@ -356,6 +358,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = train(config, ctx)
         except ResumeRefusedError as error:
             refusal = f"error: refusing to start: {error}"
+        except Exception as error:
+            if not lost_a_peer(error):
+                raise
+            # Every surviving rank says it: on a cluster each pod's log is read on its own.
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            print(
+                f"error: rank {ctx.rank} lost a peer ({type(error).__name__}: {first_line}); "
+                f"exiting with code {EXIT_PEER_LOST}, which restarts the pod (restartPolicy "
+                "ExitCode or OnFailure) and resumes from the last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            code = EXIT_PEER_LOST
     if refusal is not None and ctx.is_main:
         print(refusal, file=sys.stderr, flush=True)
     # Training is over (and, on success, its last checkpoint is committed): a failing teardown

@@ -13,10 +13,13 @@ holds one `JobApi`:
   label selector of its pods, which pod a label set names, its conditions in the words of
   `components.job_state`, and the kubectl commands for logs, status and exec.
 
-The Pulumi component (components/training_job.py), the offline render, the local runner and its
-container backend, the supervisor's policy, `make status` and the control plane ask it; the
-policy pack runs in its own interpreter and has the same split per API in policy/rules/jobs/.
-Adding a third API is one module here, one there, and a line in each registry.
+The Pulumi components (components/pytorch_job.py, components/train_job.py, composed by
+components/training_environment.py, which takes its kubectl commands from here), the offline
+render, the local runner and its container backend, the supervisor's policy, the watch behind
+`job.waitFor` and `make status` ask it; the policy pack runs in its own interpreter and has the
+same split per API in policy/rules/jobs/. Adding a third API is one module here, one there, a
+line in each registry, and its component (tests/components/job_apis/test_registry.py registers a
+made-up one and runs it through the watch and the local runner unchanged).
 """
 
 from __future__ import annotations

@@ -126,9 +126,7 @@ def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any
         run_policy["schedulingPolicy"] = {"minAvailable": elastic["minReplicas"]}
     metadata = object_metadata(settings, resource_names(settings).job, "training")
     metadata["labels"].update(scheduling_labels(settings))
-    annotations = wait_annotations(settings)
-    if annotations:
-        metadata["annotations"] = annotations
+    metadata["annotations"].update(wait_annotations(settings))
     spec: dict[str, Any] = {"nprocPerNode": str(job.nproc_per_node)}
     if elastic is not None:
         spec["elasticPolicy"] = elastic

@@ -193,9 +193,7 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
         },
     }
     metadata = object_metadata(settings, resource_names(settings).job, "training")
-    annotations = wait_annotations(settings)
-    if annotations:
-        metadata["annotations"] = annotations
+    metadata["annotations"].update(wait_annotations(settings))
     spec: dict[str, Any] = {
         "runtimeRef": {
             "name": runtime_name(settings),

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from components.job_state import (
+    PEER_LOST_EXIT_CODE,
+    START_FAILURES,
     JobState,
     Progress,
     exit_code_meaning,
@@ -295,6 +297,51 @@ def test_pending_pods_say_what_they_wait_for() -> None:
     )
 
 
+# What containerd 1.6 reports through the CRI when the registry refuses the stack's credential
+# (the e2e real node's pull with a wrong password).
+PULL_REFUSED = (
+    'failed to pull and unpack image "127.0.0.1:5000/trainer@sha256:ab": failed to resolve '
+    "reference: pulling from host 127.0.0.1:5000 failed with status code [manifests "
+    "sha256:ab]: 401 Unauthorized"
+)
+
+
+def test_a_container_that_cannot_start_is_named_with_the_kubelets_message() -> None:
+    refused = {"waiting": {"reason": "ErrImagePull", "message": PULL_REFUSED}}
+    creating = {"waiting": {"reason": "ContainerCreating"}}
+    state = job_state(job(CREATED), [pod("master", 0, "Pending", refused)])
+    assert [r.pod for r in state.replicas_that_cannot_start] == [f"{JOB}-master-0"]
+    (master,) = state.replicas_that_cannot_start
+    assert (master.state, master.message) == ("Pending (ErrImagePull)", PULL_REFUSED)
+    assert not job_state(
+        job(CREATED), [pod("master", 0, "Pending", creating)]
+    ).replicas_that_cannot_start
+
+
+def test_an_init_container_that_cannot_start_stands_for_its_pod() -> None:
+    """The operator's init container (a worker waits for the master) pulls an image of its own;
+    meanwhile the training container says only PodInitializing."""
+    worker = pod("worker", 0, "Pending", {"waiting": {"reason": "PodInitializing"}})
+    worker["status"]["initContainerStatuses"] = [
+        {
+            "name": "init-pytorch",
+            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "no secret"}},
+        }
+    ]
+    replica = replica_of(worker)
+    assert (replica.waiting, replica.message, replica.cannot_start) == (
+        "CreateContainerConfigError",
+        "no secret",
+        True,
+    )
+
+
+@pytest.mark.parametrize("reason", ["ContainerCreating", "PodInitializing", "CrashLoopBackOff"])
+def test_waiting_that_ends_by_itself_is_no_start_failure(reason: str) -> None:
+    assert reason not in START_FAILURES
+    assert not replica_of(pod("master", 0, "Pending", {"waiting": {"reason": reason}})).cannot_start
+
+
 def test_job_phase_and_outcome_follow_the_operator_conditions() -> None:
     restarting = condition(
         "Restarting",
@@ -360,3 +407,10 @@ def test_progress_tells_each_state_after_the_pods_recreated_since_the_last() -> 
         f"pod {JOB}-worker-0 was recreated",
         progress_line(second),
     ]
+
+
+def test_the_peer_lost_exit_code_is_the_trainers() -> None:
+    from trainer.cli import EXIT_PEER_LOST
+
+    assert PEER_LOST_EXIT_CODE == EXIT_PEER_LOST
+    assert "lost a peer" in exit_code_meaning(EXIT_PEER_LOST, "Error")

@@ -16,6 +16,8 @@ import pytest
 from components.job_apis.pytorchjob import CONTAINER_NAME, MASTER_PORT, pytorchjob_manifest
 from components.manifests import (
     ENTRYPOINT,
+    FIELD_MANAGER,
+    FIELD_MANAGER_ANNOTATION,
     checkpoint_claim_manifest,
     common_labels,
     docker_config,
@@ -229,7 +231,17 @@ def test_wait_annotations(wait_for: str, expected: dict[str, str]) -> None:
     settings = settings_for(job={"waitFor": wait_for})
     assert wait_annotations(settings) == expected
     metadata = pytorchjob_manifest(settings, image=IMAGE)["metadata"]
-    assert metadata.get("annotations", {}) == expected
+    assert metadata["annotations"] == {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, **expected}
+
+
+def test_every_object_is_applied_under_one_field_manager() -> None:
+    """pulumi-kubernetes reads the annotation for its server-side apply: a create that adopts an
+    object an interrupted update made then owns the same fields, not a second set."""
+    settings = settings_for(registry={"server": "registry.example.com", "username": "robot"})
+    objects = stack_objects(settings, image=IMAGE, password="pw").in_apply_order()
+    assert [o["kind"] for o in objects] == ["Secret", "PersistentVolumeClaim", "PyTorchJob"]
+    for manifest in objects:
+        assert manifest["metadata"]["annotations"][FIELD_MANAGER_ANNOTATION] == FIELD_MANAGER
 
 
 def test_checkpoint_claim() -> None:
@@ -241,9 +253,12 @@ def test_checkpoint_claim() -> None:
         "resources": {"requests": {"storage": "10Ti"}},
         "storageClassName": "fast-rwx",
     }
-    assert claim["metadata"]["annotations"] == {"pytorch-distributed/retain-on-destroy": "true"}
+    assert claim["metadata"]["annotations"] == {
+        FIELD_MANAGER_ANNOTATION: FIELD_MANAGER,
+        "pytorch-distributed/retain-on-destroy": "true",
+    }
     plain = checkpoint_claim_manifest(settings_for(checkpoints={"retainOnDestroy": False}))
-    assert "annotations" not in plain["metadata"]
+    assert plain["metadata"]["annotations"] == {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
     assert "storageClassName" not in plain["spec"]
     assert common_labels(settings_for()).items() <= plain["metadata"]["labels"].items()
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
-from components.manifests import docker_config
+from components.manifests import FIELD_MANAGER, FIELD_MANAGER_ANNOTATION, docker_config
 from tests.components.k8s_rules import validate_manifest
 from tests.pulumi_harness import (
     REPO_ROOT,
@@ -44,6 +44,9 @@ REGISTRY_LOOKUP = "docker:index/getRegistryImage:getRegistryImage"
 PREBUILT_REF = "registry.example.com/ml/pytorch-ddp-example@sha256:" + "c" * 64
 
 Runner = Callable[..., ProgramResult]
+
+# What every object's annotations hold besides the ones a test is about.
+FIELD_MANAGER_ONLY = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +179,7 @@ def test_dev_job(dev: ProgramResult) -> None:
     assert job["metadata"]["namespace"] == "default"
     assert job["spec"]["nprocPerNode"] == "1"
     assert job["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running"}
-    assert "annotations" not in job["metadata"]  # waitFor: created
+    assert job["metadata"]["annotations"] == FIELD_MANAGER_ONLY  # waitFor: created
     assert dev.one(JOB).hooks == {}
     for kind, container in containers(dev).items():
         assert container["name"] == "pytorch"
@@ -205,7 +208,7 @@ def test_prod_job(prod: ProgramResult) -> None:
     assert job.inputs["spec"]["nprocPerNode"] == "1"
     assert job.inputs["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 604800
     # waitFor: succeeded is the job's own hooks', not the provider's: no await annotation.
-    assert "annotations" not in job.inputs["metadata"]
+    assert job.inputs["metadata"]["annotations"] == FIELD_MANAGER_ONLY
     assert job.hooks == {
         "after_create": ["training-job-outcome"],
         "after_update": ["training-job-outcome"],
@@ -389,12 +392,13 @@ def test_checkpoint_claim_retention(dev: ProgramResult, prod: ProgramResult) -> 
         "volumeMode": "Filesystem",
         "resources": {"requests": {"storage": "1Gi"}},
     }
-    assert "annotations" not in dev_claim.inputs["metadata"]
+    assert dev_claim.inputs["metadata"]["annotations"] == FIELD_MANAGER_ONLY
     prod_claim = prod.one(PVC)
     assert prod_claim.retain_on_delete is True
     assert prod_claim.protect is False  # destroy must succeed and leave the claim behind
     assert prod_claim.inputs["metadata"]["annotations"] == {
-        "pytorch-distributed/retain-on-destroy": "true"
+        **FIELD_MANAGER_ONLY,
+        "pytorch-distributed/retain-on-destroy": "true",
     }
     assert prod_claim.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
     assert prod_claim.inputs["spec"]["resources"]["requests"]["storage"] == "10Ti"
@@ -506,20 +510,20 @@ def test_tagged_prebuilt_image_is_allowed_with_a_warning() -> None:
     ("wait_for", "annotations", "hooked"),
     [
         ("none", {"pulumi.com/skipAwait": "true"}, False),
-        ("created", None, False),
-        ("running", None, True),
-        ("succeeded", None, True),
+        ("created", {}, False),
+        ("running", {}, True),
+        ("succeeded", {}, True),
     ],
 )
 def test_wait_for_annotations_and_hooks(
-    wait_for: str, annotations: dict[str, str] | None, hooked: bool
+    wait_for: str, annotations: dict[str, str], hooked: bool
 ) -> None:
     """`running` and `succeeded` are waited for by the job's after-create and after-update
     hooks, never by the provider (no await annotation, no custom timeouts)."""
     result = run_program("dev", overrides={"job": {"waitFor": wait_for}})
     assert result.error is None
     job = result.one(JOB)
-    assert job.inputs["metadata"].get("annotations") == annotations
+    assert job.inputs["metadata"]["annotations"] == {**FIELD_MANAGER_ONLY, **annotations}
     assert job.custom_timeouts == {}
     expected = ["training-job-outcome"] if hooked else []
     assert job.hooks.get("after_create", []) == expected

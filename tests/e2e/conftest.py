@@ -279,6 +279,10 @@ def project(
             shutil.copy(source, work_dir / name)
     (work_dir / "scripts").mkdir()
     shutil.copy(REPO_ROOT / "scripts" / "pulumi-stack.sh", work_dir / "scripts")
+    # The module the script hands each command to (stale locks, pending operations, failures).
+    (work_dir / "tools").mkdir()
+    for name in ("__init__.py", "pulumi_run.py"):
+        shutil.copy(REPO_ROOT / "tools" / name, work_dir / "tools")
     # The pack with the virtualenv `make policy-venv` creates; its rules and configs are copied.
     subprocess.run(["make", "--no-print-directory", "policy-venv"], cwd=REPO_ROOT, check=True)
     shutil.copytree(

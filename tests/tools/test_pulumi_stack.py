@@ -1,14 +1,22 @@
-"""scripts/pulumi-stack.sh (`make preview/up/destroy`): backend, passphrase and CLI handling.
+"""scripts/pulumi-stack.sh (`make preview/up/destroy`): backend, passphrase and CLI handling,
+and what tools/pulumi_run.py decides around the command: stale locks, pending operations, the
+line after a failure.
 
 The Pulumi CLI itself is not available here: the script's own decisions are tested, with a
-stand-in `pulumi` on PATH that records how it was called.
+stand-in `pulumi` on PATH that records how it was called, and lock files as pulumi 3.260's file
+backend writes them (tests/tools/data/pulumi-lock.json is one it wrote). The real CLI meets the
+same cases in tests/e2e/test_faults.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +24,30 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "pulumi-stack.sh"
-FAKE_PULUMI = """#!/usr/bin/env bash
-# Stand-in for the Pulumi CLI: records each call; `whoami` fails (not logged in).
-echo "$* | backend=${PULUMI_BACKEND_URL:-}" >> "$PULUMI_CALLS"
-[[ $1 != whoami ]]
+DATA = Path(__file__).resolve().parent / "data"
+FAKE_PULUMI = f"""#!{sys.executable}
+# Stand-in for the Pulumi CLI: records each call; `whoami` fails (not logged in); `stack export`
+# prints $PULUMI_EXPORT; `import --file` records the file; the command named by $PULUMI_FAIL
+# writes $PULUMI_FAIL_EVENT to its --event-log and fails.
+import os, sys
+args = sys.argv[1:]
+with open(os.environ["PULUMI_CALLS"], "a") as calls:
+    calls.write(" ".join(args) + " | backend=" + os.environ.get("PULUMI_BACKEND_URL", "") + "\\n")
+if args[0] == "whoami":
+    sys.exit(1)
+if args[:2] == ["stack", "export"]:
+    export = os.environ.get("PULUMI_EXPORT")
+    print(open(export).read() if export else '{{"version": 3, "deployment": {{}}}}')
+if args[0] == "import":
+    with open(os.environ["PULUMI_IMPORTS"], "a") as imports:
+        imports.write(open(args[args.index("--file") + 1]).read() + "\\n")
+if args[0] == os.environ.get("PULUMI_FAIL"):
+    with open(args[args.index("--event-log") + 1], "a") as log:
+        log.write(os.environ["PULUMI_FAIL_EVENT"] + "\\n")
+    sys.exit(255)
 """
+EVENT_LOG = re.compile(r"--event-log \S*pulumi-events-\S+\.jsonl")
+STACK_LOCKS = Path(".pulumi") / "locks" / "organization" / "pytorch-distributed"
 
 
 def system_path() -> str:
@@ -35,6 +62,11 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+def calls_of(calls: Path) -> list[str]:
+    """The recorded calls, the event log the script adds to each command named LOG."""
+    return [EVENT_LOG.sub("--event-log LOG", line) for line in calls.read_text().splitlines()]
+
+
 @pytest.fixture
 def fake_pulumi(tmp_path: Path) -> tuple[dict[str, str], Path]:
     bin_dir = tmp_path / "bin"
@@ -46,7 +78,10 @@ def fake_pulumi(tmp_path: Path) -> tuple[dict[str, str], Path]:
     env = {
         "PATH": os.pathsep.join([str(bin_dir), system_path()]),
         "PULUMI_CALLS": str(calls),
+        "PULUMI_IMPORTS": str(tmp_path / "imports.jsonl"),
         "HOME": str(tmp_path),
+        # What `make` passes: the project's .venv.
+        "PYTHON": sys.executable,
     }
     return env, calls
 
@@ -96,11 +131,12 @@ def test_without_a_backend_the_local_file_backend_and_policy_pack_are_used(
     result = run(["preview", "dev"], env)
 
     assert result.returncode == 0, result.stderr
-    assert calls.read_text().splitlines() == [
+    assert calls_of(calls) == [
         "whoami | backend=",
         f"stack select --create dev | backend={backend}",
+        f"stack export --stack dev | backend={backend}",
         "preview --stack dev --diff --policy-pack policy --policy-pack-config "
-        f"policy/config/dev.json | backend={backend}",
+        f"policy/config/dev.json --event-log LOG | backend={backend}",
     ]
 
 
@@ -111,7 +147,7 @@ def test_flags_after_the_stack_reach_the_cli(fake_pulumi: tuple[dict[str, str], 
     result = run(["up", "prod", "--yes", "--event-log", "/tmp/events.jsonl"], env)
 
     assert result.returncode == 0, result.stderr
-    assert calls.read_text().splitlines()[-1] == (
+    assert calls_of(calls)[-1] == (
         "up --stack prod --diff --policy-pack policy --policy-pack-config policy/config/prod.json "
         "--yes --event-log /tmp/events.jsonl | backend=s3://team-bucket/pulumi"
     )
@@ -124,7 +160,245 @@ def test_a_configured_backend_is_left_alone(fake_pulumi: tuple[dict[str, str], P
     result = run(["destroy", "prod"], env)
 
     assert result.returncode == 0, result.stderr
-    assert calls.read_text().splitlines() == [
+    assert calls_of(calls) == [
         "stack select --create prod | backend=s3://team-bucket/pulumi",
-        "destroy --stack prod | backend=s3://team-bucket/pulumi",
+        "stack export --stack prod | backend=s3://team-bucket/pulumi",
+        "destroy --stack prod --event-log LOG | backend=s3://team-bucket/pulumi",
+    ]
+
+
+# -- locks of the file backend ------------------------------------------------------------------
+
+
+def file_backend(tmp_path: Path, env: dict[str, str], *, version: int | None = 1) -> Path:
+    """A file backend as `pulumi login file://...` leaves it (meta.yaml: the store's layout)."""
+    state = tmp_path / "state"
+    (state / ".pulumi").mkdir(parents=True)
+    if version is not None:
+        (state / ".pulumi" / "meta.yaml").write_text(f"version: {version}\n")
+    env["PULUMI_BACKEND_URL"] = f"file://{state}"
+    env["PULUMI_CONFIG_PASSPHRASE"] = "local-test-passphrase"
+    return state
+
+
+def write_lock(lock_dir: Path, *, pid: int, hostname: str) -> Path:
+    """A lock as the file backend writes it (the captured file, its pid and host replaced), with
+    the `.attrs` file its blob store keeps beside it."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    content = json.loads((DATA / "pulumi-lock.json").read_text())
+    content.update(pid=pid, hostname=hostname)
+    lock = lock_dir / "9deb4809-f2fb-4261-8f2e-63d7a0d91d92.json"
+    lock.write_text(json.dumps(content, separators=(",", ":")))
+    shutil.copy(DATA / "pulumi-lock.json.attrs", lock.with_name(lock.name + ".attrs"))
+    return lock
+
+
+def exited_pid() -> int:
+    """The pid of a process that ran and is gone (reaped)."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def notes(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("pulumi-stack.sh: ")]
+
+
+def test_a_lock_left_by_a_killed_cli_is_removed_and_up_runs(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    state = file_backend(tmp_path, env)
+    pid = exited_pid()
+    lock = write_lock(state / STACK_LOCKS / "dev", pid=pid, hostname=socket.gethostname())
+
+    result = run(["up", "dev", "--yes"], env)
+
+    assert result.returncode == 0, result.stderr
+    assert notes(result) == [
+        "pulumi-stack.sh: stack dev was left locked by a pulumi command that is no longer "
+        f"running (pid {pid}, root@{socket.gethostname()}, since 2026-12-03T18:58:02; killed or "
+        "crashed): removing its lock and going on"
+    ]
+    assert list(lock.parent.iterdir()) == []
+    assert calls_of(calls)[-1].startswith("up --stack dev --diff")
+
+
+def test_the_legacy_layout_keeps_locks_under_the_stack_name(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, _ = fake_pulumi
+    state = file_backend(tmp_path, env, version=None)
+    lock = write_lock(
+        state / ".pulumi" / "locks" / "dev", pid=exited_pid(), hostname=socket.gethostname()
+    )
+
+    result = run(["destroy", "dev"], env)
+
+    assert result.returncode == 0, result.stderr
+    assert not lock.exists()
+
+
+def test_a_lock_of_a_running_command_stops_up_and_stays(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    state = file_backend(tmp_path, env)
+    lock = write_lock(state / STACK_LOCKS / "dev", pid=os.getpid(), hostname=socket.gethostname())
+
+    result = run(["up", "dev"], env)
+
+    assert result.returncode == 1
+    [line] = notes(result)
+    assert "is locked by a pulumi command that is still running" in line
+    assert f"pid {os.getpid()}" in line and "wait for it to finish" in line
+    assert lock.exists() and lock.with_name(lock.name + ".attrs").exists()
+    assert not any(call.startswith("up ") for call in calls_of(calls))
+
+
+def test_a_lock_from_another_machine_is_never_removed(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    state = file_backend(tmp_path, env)
+    lock = write_lock(state / STACK_LOCKS / "dev", pid=exited_pid(), hostname="ci-runner-7")
+
+    result = run(["destroy", "dev"], env)
+
+    assert result.returncode == 1
+    [line] = notes(result)
+    assert "locked from another machine" in line and "root@ci-runner-7" in line
+    assert "`pulumi cancel --stack dev`" in line
+    assert lock.exists()
+    assert not any(call.startswith("destroy ") for call in calls_of(calls))
+
+
+def test_preview_reports_a_stale_lock_and_leaves_it(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    state = file_backend(tmp_path, env)
+    lock = write_lock(state / STACK_LOCKS / "dev", pid=exited_pid(), hostname=socket.gethostname())
+
+    result = run(["preview", "dev"], env)
+
+    assert result.returncode == 0, result.stderr
+    [line] = notes(result)
+    assert "the next `make up` or `make destroy` removes it" in line
+    assert lock.exists()
+    assert calls_of(calls)[-1].startswith("preview --stack dev")
+
+
+def test_another_stacks_lock_is_none_of_its_business(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, _ = fake_pulumi
+    state = file_backend(tmp_path, env)
+    lock = write_lock(state / STACK_LOCKS / "prod", pid=os.getpid(), hostname=socket.gethostname())
+
+    result = run(["up", "dev"], env)
+
+    assert result.returncode == 0, result.stderr
+    assert notes(result) == []
+    assert lock.exists()
+
+
+# -- pending operations -------------------------------------------------------------------------
+
+
+def test_up_after_an_interrupted_update_refreshes_and_clears_the_pending_creates_first(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_EXPORT"] = str(DATA / "pending-export.json")
+
+    result = run(["up", "dev", "--yes"], env)
+
+    assert result.returncode == 0, result.stderr
+    [line] = notes(result)
+    assert "stopped with 3 operation(s) unfinished (creating training-job-job, creating " in line
+    assert "adopting objects that already exist (nothing is made twice)" in line
+    assert [call.split(" | ")[0] for call in calls_of(calls)][1:] == [
+        "stack export --stack dev",
+        "refresh --stack dev --yes --skip-preview --clear-pending-creates --event-log LOG",
+        "up --stack dev --diff --policy-pack policy --policy-pack-config policy/config/dev.json "
+        "--yes --event-log LOG",
+    ]
+
+
+def test_destroy_after_an_interrupted_update_imports_what_it_was_creating(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_EXPORT"] = str(DATA / "pending-export.json")
+
+    result = run(["destroy", "dev"], env)
+
+    assert result.returncode == 0, result.stderr
+    made = [call.split(" | ")[0] for call in calls_of(calls)][1:]
+    assert made[0] == "stack export --stack dev"
+    assert re.fullmatch(
+        r"import --stack dev --file \S+\.json --yes --skip-preview --protect=false "
+        r"--generate-code=false",
+        made[1],
+    )
+    assert made[2:] == [
+        "refresh --stack dev --yes --skip-preview --clear-pending-creates --event-log LOG",
+        "destroy --stack dev --event-log LOG",
+    ]
+    # The job only: the retained claim is forgotten by destroy anyway, the secret is in the state.
+    [imported] = [json.loads(line) for line in Path(env["PULUMI_IMPORTS"]).read_text().splitlines()]
+    export = json.loads((DATA / "pending-export.json").read_text())
+    job = export["deployment"]["pending_operations"][0]["resource"]
+    assert imported == {
+        "nameTable": {"parent": job["parent"], "provider": job["provider"].rsplit("::", 1)[0]},
+        "resources": [
+            {
+                "type": "kubernetes:kubeflow.org/v1:PyTorchJob",
+                "name": "training-job-job",
+                "id": "default/ddp-dev",
+                "parent": "parent",
+                "provider": "provider",
+            }
+        ],
+    }
+
+
+# -- a failed command ends with one line --------------------------------------------------------
+
+
+def test_a_failed_up_names_the_unreachable_api_server(
+    fake_pulumi: tuple[dict[str, str], Path],
+) -> None:
+    env, _ = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_FAIL"] = "up"
+    urn = (
+        "urn:pulumi:dev::pytorch-distributed::pytorch-distributed:index:TrainingEnvironment"
+        "$pytorch-distributed:index:PyTorchJob$kubernetes:kubeflow.org/v1:PyTorchJob::training-job-job"
+    )
+    env["PULUMI_FAIL_EVENT"] = json.dumps(
+        {
+            "sequence": 7,
+            "timestamp": 1796324387,
+            "diagnosticEvent": {
+                "urn": urn,
+                "message": 'resource "' + urn + '" was not successfully created by the Kubernetes'
+                ' API server: Patch "https://10.0.0.1:6443/apis/kubeflow.org/v1/namespaces/default'
+                '/pytorchjobs/ddp-dev": dial tcp 10.0.0.1:6443: connect: connection refused\n',
+                "color": "never",
+                "severity": "error",
+            },
+        }
+    )
+
+    result = run(["up", "dev"], env)
+
+    assert result.returncode == 255
+    assert notes(result) == [
+        "pulumi-stack.sh: the Kubernetes API server https://10.0.0.1:6443 could not be reached: "
+        "what was done is recorded in the state; once it answers, `make up STACK=dev` goes on "
+        "from there (objects made meanwhile are adopted, not made twice)"
     ]

@@ -21,6 +21,7 @@ from tests.conftest import REPO_ROOT
 from tools import procs
 from tools.supervisor import HOLD_SUFFIX
 from trainer.checkpoint import CheckpointError, CheckpointStore
+from trainer.cli import EXIT_PEER_LOST
 from trainer.metrics import read_metrics
 
 JOB = "ddp-dev"
@@ -128,7 +129,10 @@ def test_a_lost_node_shrinks_the_group_and_its_return_grows_it_exactly(tmp_path:
     assert (
         "world size 2 on 2 node(s): each step trains the global batch of 64 samples, 32 per" in out
     )
-    assert re.search(rf"\[{FIRST}\] .*failed \(exitcode: 1\) local_rank: 0", out), out
+    # The survivor's collective lost its peer: the exit code that restarts, not a failure of code.
+    assert f"[{FIRST}] error: rank 0 lost a peer (" in out, out
+    failed = rf"\[{FIRST}\] .*failed \(exitcode: {EXIT_PEER_LOST}\) local_rank: 0"
+    assert re.search(failed, out), out
     shrunk = out.index(
         "world size 1 on 1 node(s) (the checkpoint was written with world size 2): each step "
         "trains the global batch of 64 samples, 64 per process, in up to 2 micro-batches of at "

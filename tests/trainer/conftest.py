@@ -47,18 +47,27 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def torchrun_command(
-    args: Sequence[str], nproc: int = 2, launcher: Sequence[str] = TORCHRUN
+    args: Sequence[str],
+    nproc: int = 2,
+    launcher: Sequence[str] = TORCHRUN,
+    *,
+    node: tuple[int, int, int] | None = None,
 ) -> list[str]:
+    """`node`: (node rank, node count, master port) for one of several torchruns that form one
+    job, as each pod of a PyTorchJob runs its own; else a single-node job on a free port."""
+    node_rank, nodes, port = node if node is not None else (0, 1, free_port())
     return [
         *launcher,
         "--nnodes",
-        "1",
+        str(nodes),
+        "--node-rank",
+        str(node_rank),
         "--nproc-per-node",
         str(nproc),
         "--master-addr",
         "127.0.0.1",
         "--master-port",
-        str(free_port()),
+        str(port),
         "-m",
         "trainer",
         *args,
@@ -105,11 +114,14 @@ class Background:
         log: Path,
         env: dict[str, str] | None = None,
         launcher: Sequence[str] = LAUNCH,
+        *,
+        nproc: int = 2,
+        node: tuple[int, int, int] | None = None,
     ) -> None:
         self.log = log
         self._handle = log.open("w")
         self.process = subprocess.Popen(
-            torchrun_command(args, launcher=launcher),
+            torchrun_command(args, nproc, launcher, node=node),
             cwd=REPO_ROOT,
             env=trainer_env(env),
             stdout=self._handle,

@@ -22,9 +22,10 @@ from tests.trainer.conftest import (
     run_trainer,
     wait_until,
 )
+from tools.ports import free_port
 from trainer.checkpoint import CheckpointError
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
-from trainer.cli import UsageError, parse_config
+from trainer.cli import EXIT_PEER_LOST, UsageError, parse_config
 from trainer.distributed import DistContext
 from trainer.metrics import EpochLoss, read_metrics
 from trainer.plot import loss_curve
@@ -286,3 +287,33 @@ def test_epoch_loss_folds_exactly_like_a_float64_add_per_step() -> None:
         if index == 20:
             assert folded.total() == reference.item()  # a checkpoint mid-epoch reads it
     assert folded.total() == reference.item()
+
+
+def test_a_rank_that_loses_its_peer_exits_with_the_code_that_restarts_its_pod(
+    tmp_path: Path,
+) -> None:
+    """Two torchruns of one rank each, as two pods of a PyTorchJob run: when one is killed (a
+    deleted pod, a lost node) the other's collective fails; under restartPolicy ExitCode its exit
+    code must be one that recreates the pod (128 and up), not 1, which fails the whole job."""
+    directory = tmp_path / "ckpt"
+    port = free_port()
+    nodes = [
+        Background(
+            reference_args(directory),
+            tmp_path / f"node{rank}.log",
+            env=SLOW_COMMITS,
+            nproc=1,
+            node=(rank, 2, port),
+        )
+        for rank in (0, 1)
+    ]
+    wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
+    nodes[1].kill_all()
+    killed = nodes[1].wait()
+    survivor = nodes[0].wait()
+
+    assert killed.returncode == -signal.SIGKILL
+    assert survivor.returncode == EXIT_PEER_LOST >= 128, survivor.output
+    assert "error: rank 0 lost a peer (" in survivor.output, survivor.output
+    assert "Traceback" not in survivor.output, survivor.output
+    assert inspect(directory)["epochs_completed"] >= SAVE_EVERY

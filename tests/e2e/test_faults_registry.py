@@ -1,0 +1,204 @@
+"""The registry unreachable while `make up` pushes the image it built (a stack with
+`image.build: true`, through podman's Docker Engine API and an authenticated loopback registry, as
+tests/e2e/test_image_build.py builds): the update fails with one line naming the registry, the
+next `make up` while it is down says the same, and once it is back the next `make up` pushes
+and finishes, nothing pending, nothing made twice, the job pinned to the digest it serves. What
+the failed build left in the engine (the classic builder's working containers) is removed.
+
+Nothing here compares podman's whole store (another engineer's podman may run meanwhile): only
+the tags of this module's own repository are removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from components.build_leftovers import Engine, Leftovers
+from components.manifests import resource_names
+from components.training_image import context_tag
+from tests.containers import (
+    REGISTRY_SCRIPT,
+    Registry,
+    build_base_image,
+    docker_api,
+    local_registry,
+    podman,
+)
+from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
+from tests.e2e.faults import (
+    CLAIM_TYPE,
+    SEED,
+    Claim,
+    Kube,
+    Running,
+    any_object_done,
+    assert_recovered,
+    explained,
+    seeded,
+)
+
+# The first push sends the whole base image (about 5 GB) to the module's fresh registry.
+pytestmark = pytest.mark.timeout(1800)
+
+REPOSITORY = "pytorch-distributed-faults"
+USERNAME = "e2e-robot"
+
+
+@pytest.fixture(scope="module")
+def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("faults-registry")
+
+
+@pytest.fixture(scope="module")
+def registry(registry_dir: Path) -> Iterator[Registry]:
+    with local_registry(registry_dir, username=USERNAME, password=REGISTRY_PASSWORD) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory, registry: Registry) -> Iterator[Path]:
+    sock = tmp_path_factory.mktemp("faults-engine") / "podman.sock"
+    with docker_api(sock, registry.registries_conf) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def stack(project: Project, registry: Registry, engine: Path, cluster: Cluster) -> Iterator[Stack]:
+    if os.environ.get("PD_E2E_KUBECONFIG"):
+        pytest.skip("an external cluster: its nodes cannot pull from this machine's loopback")
+    stack = project.stack(
+        "e2e-faults-build", env={"DOCKER_HOST": f"unix://{engine}", "PYTHON": sys.executable}
+    )
+    stack.config_set("image.repository", f"{registry.address}/{REPOSITORY}")
+    stack.config_set("image.baseImage", build_base_image())
+    stack.config_set("registry.server", registry.address)
+    yield stack
+    stack.destroy(check=False)
+    # This module's tags only (another podman user's images are none of its business).
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout
+    for reference in listed.split():
+        if reference.startswith(f"{registry.address}/{REPOSITORY}:"):
+            podman("rmi", reference, check=False)
+
+
+def stop_registry(registry_dir: Path, address: str) -> None:
+    subprocess.run(
+        [str(REGISTRY_SCRIPT), "stop", str(registry_dir / "registry")], check=True, timeout=60
+    )
+    host, port = address.split(":")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((host, int(port))) != 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"the registry at {address} still answers")
+
+
+def start_registry(registry_dir: Path, address: str) -> None:
+    """The same registry again: same port, same storage, same user."""
+    started = subprocess.run(
+        [
+            str(REGISTRY_SCRIPT),
+            "start",
+            str(registry_dir / "registry"),
+            address.split(":")[1],
+            "--user",
+            USERNAME,
+        ],
+        env={**os.environ, "LOCAL_REGISTRY_PASSWORD": REGISTRY_PASSWORD},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+
+
+def uploading(registry_dir: Path) -> bool:
+    """A push is under way: the registry holds an upload session of the repository."""
+    uploads = (
+        registry_dir
+        / "registry"
+        / "storage"
+        / "docker"
+        / "registry"
+        / "v2"
+        / "repositories"
+        / REPOSITORY
+        / "_uploads"
+    )
+    return uploads.is_dir() and any(uploads.iterdir())
+
+
+def build_engine(sock: Path) -> Engine:
+    """The engine the stack's Docker provider builds through, as the build hooks see it."""
+    import docker
+
+    return Engine(docker.DockerClient(base_url=f"unix://{sock}"))
+
+
+def test_the_registry_down_during_a_push(
+    stack: Stack,
+    registry: Registry,
+    registry_dir: Path,
+    engine: Path,
+    cluster: Cluster,
+    request: pytest.FixtureRequest,
+) -> None:
+    kube = Kube(cluster)
+    rng = seeded(request.node.name)
+    names = resource_names(stack.settings())
+    store = build_engine(engine)
+    before = store.contents()
+    running = Running.start(stack, "up")
+    running.wait_for("a Kubernetes object made", any_object_done)
+    deadline = time.monotonic() + 1200
+    while not uploading(registry_dir):
+        assert running.popen.poll() is None, f"up ended before any push:\n{running.output()}"
+        assert time.monotonic() < deadline, "no push began"
+        time.sleep(0.05)
+    delay = rng.uniform(0, 3)
+    time.sleep(delay)
+    moment = f"{delay:.2f}s into the push (seed {SEED})"
+    assert not running.ended(), f"the push ended before the fault, {moment}"
+    stop_registry(registry_dir, registry.address)
+    try:
+        first = running.result(timeout=600)
+        assert first.returncode != 0, first.output
+        survivors = kube.uids(names.job)
+        claim = None
+        if (CLAIM_TYPE, names.claim) in survivors:
+            claim = Claim.mark(kube, cluster, names.claim, "epoch 1\n")
+        lines = explained(first)
+        assert any(f"the registry {registry.address}" in line for line in lines), first.output
+        # The image was built before the push failed: what its build left in the engine is
+        # removed all the same (the error hook), only ever this build's own.
+        built = f"{registry.address}/{REPOSITORY}:{context_tag(stack.project.work_dir / 'trainer')}"
+        assert Leftovers.of_build(store, built, before).containers == [], "build leftovers"
+        # The next `make up` while it is still down says the same.
+        down = stack.up(check=False)
+        assert down.returncode != 0, down.output
+        assert any(f"the registry {registry.address}" in line for line in explained(down)), (
+            down.output
+        )
+    finally:
+        start_registry(registry_dir, registry.address)
+
+    stack.up()
+
+    assert_recovered(
+        stack, kube, claim, deployed=True, survivors=survivors, context=f"registry down {moment}"
+    )
+    repository, _, digest = stack.outputs()["image"].partition("@")
+    assert repository == f"{registry.address}/{REPOSITORY}"
+    tag = context_tag(stack.project.work_dir / "trainer")
+    assert registry.manifest_digest(REPOSITORY, tag) == digest

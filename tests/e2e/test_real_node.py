@@ -1,0 +1,322 @@
+"""Pods that really run: the stack's job on the control plane's real node (a kubelet with
+containerd and CoreDNS, tools/real_node.py) pulls the trainer image from an authenticated
+registry with the Secret the stack created, finds the master through the operator's Service,
+trains on the claim, survives a deleted worker pod and resumes after destroy and up.
+
+The trainer image comes from the image scripts (scripts/build-base-image.sh, cached in podman's
+storage, and scripts/build-image.sh) and is pushed to the node's registry. The tests run in file
+order on one stack: first a wrong password (the node has pulled nothing yet, so the pull must
+reach the registry), then a run to the end, the same run with a worker pod deleted in the middle,
+and destroy (the claim kept) + up with more epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.manifests import resource_names
+from components.settings import StackSettings
+from tests.conftest import REPO_ROOT, committed_epochs
+from tests.containers import build_base_image, engine_env, podman, run_script
+from tests.e2e.conftest import PASSWORD_KEY, REGISTRY_PASSWORD, Cluster, Project, Stack
+from tools.real_node import RealNode
+
+# A cold node pulls the whole 5 GB image once.
+pytestmark = pytest.mark.timeout(1800)
+
+STACK = "e2e-real-node"
+REPOSITORY = "pytorch-distributed-trainer"
+LOCAL_IMAGE = "localhost/pytorch-distributed-trainer:e2e-real-node"
+USERNAME = "e2e-robot"
+JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
+RUN_TIMEOUT_S = 600
+# What `pulumi up` may take to fail on a refused pull: its own start, the objects, the operator's
+# pods, the kubelet's first pull. Without the job wait it would be the wait's 30 minutes.
+PULL_FAILURE_WITHIN_S = 180
+
+
+@pytest.fixture(scope="module")
+def node(cluster: Cluster) -> Iterator[RealNode]:
+    if cluster.plane is None:
+        pytest.skip("an external cluster: the real node belongs to the suite's control plane")
+    with cluster.plane.real_node(
+        registry_user=USERNAME, registry_password=REGISTRY_PASSWORD
+    ) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def image(node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The trainer image as the image scripts build it, pushed to the node's registry: its
+    reference by the digest the registry serves."""
+    base = build_base_image()
+    run_script("build-image.sh", LOCAL_IMAGE, env=engine_env(BASE_IMAGE=base))
+    digest_file = tmp_path_factory.mktemp("push") / "digest"
+    registry = node.registry
+    podman(
+        "push",
+        "--quiet",
+        "--tls-verify=false",
+        # zstd (which containerd 1.6 unpacks) pushes and unpacks the 5 GB in about half of
+        # gzip's time on two cores.
+        "--compression-format=zstd",
+        f"--creds={registry.username}:{registry.password}",
+        f"--digestfile={digest_file}",
+        LOCAL_IMAGE,
+        f"{registry.address}/{REPOSITORY}:e2e",
+        timeout=1200,
+    )
+    return f"{registry.address}/{REPOSITORY}@{digest_file.read_text().strip()}"
+
+
+@pytest.fixture(scope="module")
+def stack(project: Project, node: RealNode, image: str) -> Iterator[Stack]:
+    stack = project.stack(STACK)
+    stack.config_set("image.ref", image)
+    stack.config_set("registry.server", node.registry.address)
+    yield stack
+    stack.destroy(check=False)
+
+
+@pytest.fixture(scope="module")
+def settings(stack: Stack) -> StackSettings:
+    return stack.settings()
+
+
+class Kube:
+    """The stack's namespace on the control plane, as the tests read it back."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        from kubernetes import client
+
+        self.api = cluster.api()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.namespace = namespace
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        from kubernetes import client
+
+        try:
+            return self.custom.get_namespaced_custom_object(
+                "kubeflow.org", "v1", self.namespace, "pytorchjobs", name
+            )
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def pods(self, job: str) -> list[Any]:
+        selector = f"training.kubeflow.org/job-name={job}"
+        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def log(self, pod: str, *, previous: bool = False) -> str:
+        """Through the API server, which reaches the kubelet only by its egress proxy."""
+        return self.core.read_namespaced_pod_log(pod, self.namespace, previous=previous)
+
+    def claim_directory(self, claim: str) -> Path:
+        """Where the claim's hostPath volume keeps its data on this machine."""
+        volume = self.core.read_namespaced_persistent_volume_claim(claim, self.namespace)
+        return Path(self.core.read_persistent_volume(volume.spec.volume_name).spec.host_path.path)
+
+    def true_conditions(self, job: str) -> set[str]:
+        found = self.job(job) or {}
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return {c["type"] for c in conditions if c["status"] == "True"}
+
+    def wait_for_outcome(self, job: str) -> set[str]:
+        """The job's true conditions once it Succeeded or Failed."""
+        conditions: set[str] = set()
+
+        def finished() -> bool:
+            nonlocal conditions
+            conditions = self.true_conditions(job)
+            return bool(conditions & {"Succeeded", "Failed"})
+
+        wait_until(finished, f"job {job} to finish", RUN_TIMEOUT_S, self.diagnose(job))
+        return conditions
+
+    def diagnose(self, job: str) -> Callable[[], str]:
+        def describe() -> str:
+            lines = [f"job conditions: {sorted(self.true_conditions(job))}"]
+            for pod in self.pods(job):
+                statuses = [
+                    (c.name, c.restart_count, c.state.to_dict())
+                    for c in pod.status.container_statuses or []
+                ]
+                lines.append(f"{pod.metadata.name} {pod.status.phase} {statuses}")
+            return "\n".join(lines)
+
+        return describe
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout: float, diagnose: Callable[[], str]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{diagnose()}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def kube(cluster: Cluster, settings: StackSettings) -> Kube:
+    return Kube(cluster, settings.namespace)
+
+
+def inspect_checkpoints(directory: Path) -> dict[str, Any]:
+    """`python -m trainer.checkpoint DIR`, what a user runs on the claim."""
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.checkpoint", str(directory)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def job_urn(stack: Stack) -> str:
+    state = json.loads(stack.cli("stack", "export").stdout)
+    resources = state["deployment"]["resources"]
+    return next(r["urn"] for r in resources if r["type"] == JOB_TYPE)
+
+
+# Filled in by the uninterrupted run, compared against by the interrupted one.
+UNINTERRUPTED: dict[str, str] = {}
+
+
+def test_a_wrong_registry_password_fails_up_with_the_pull_error(
+    stack: Stack, settings: StackSettings, node: RealNode, kube: Kube
+) -> None:
+    assert not [ref for ref in node.images() if REPOSITORY in ref], (
+        "the node already holds the trainer image, so no pull would reach the registry"
+    )
+    # One pod: a worker would wait in the operator's init container (a shell loop, PID 1, that
+    # ignores SIGTERM) for a master that never runs, and make destroy wait its grace period.
+    stack.config_set("job.nodes", "1")
+    stack.cli("config", "set", "--secret", PASSWORD_KEY, "wrong-e2e-registry-password")
+    started = time.monotonic()
+    result = stack.up(check=False)
+    took = time.monotonic() - started
+
+    assert result.returncode != 0, result.output
+    assert took < PULL_FAILURE_WITHIN_S, f"up took {took:.0f}s to fail\n{result.output}"
+    assert f"/{settings.job.name}: a pod cannot start" in result.output, result.output
+    # containerd's own words for the registry's refusal of the credential, via the kubelet.
+    assert "401 Unauthorized" in result.output, result.output
+    (pod,) = kube.pods(settings.job.name)
+    (status,) = pod.status.container_statuses
+    assert status.state.waiting.reason in {"ErrImagePull", "ImagePullBackOff"}, status
+
+    stack.destroy()
+    stack.cli("config", "set", "--secret", PASSWORD_KEY, REGISTRY_PASSWORD)
+    stack.config_set("job.nodes", str(settings.job.nodes))
+
+
+def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
+    stack: Stack, settings: StackSettings, kube: Kube, image: str
+) -> None:
+    job = settings.job
+    stack.up()  # waits until the job runs (or already succeeded)
+    assert kube.true_conditions(job.name) & {"Running", "Succeeded"}
+
+    assert "Succeeded" in kube.wait_for_outcome(job.name)
+    pods = {pod.metadata.name: pod for pod in kube.pods(job.name)}
+    master, worker = f"{job.name}-master-0", f"{job.name}-worker-0"
+    assert set(pods) == {master, worker}
+    for pod in pods.values():
+        assert pod.spec.node_name == "real-node"
+        assert pod.spec.image_pull_secrets[0].name == resource_names(settings).pull_secret
+        (status,) = pod.status.container_statuses
+        assert status.image_id.endswith(image.partition("@")[2]), status.image_id
+        assert status.state.terminated.exit_code == 0
+    # The worker reached the master by the name of its Service, through the cluster DNS.
+    assert f"master={master}:" in kube.log(worker)
+    assert f"epoch {job.total_epochs}/{job.total_epochs}" in kube.log(master)
+
+    checkpoints = kube.claim_directory(resource_names(settings).claim) / job.name
+    described = inspect_checkpoints(checkpoints)
+    assert described["epochs_completed"] == job.total_epochs
+    assert described["world_size"] == 2
+    UNINTERRUPTED["model_sha256"] = described["model_sha256"]
+    UNINTERRUPTED["directory"] = str(checkpoints)
+
+
+def test_a_deleted_worker_pod_is_recreated_and_the_run_resumes_to_the_same_weights(
+    stack: Stack, settings: StackSettings, kube: Kube
+) -> None:
+    if not UNINTERRUPTED:
+        pytest.skip("needs the uninterrupted run of the test before")
+    job = settings.job
+    checkpoints = Path(UNINTERRUPTED["directory"])
+    # The same run again from scratch: the finished one's checkpoints move aside, and `--replace`
+    # makes a new job of the same spec.
+    checkpoints.rename(checkpoints.with_name(f"{job.name}-uninterrupted"))
+    stack.up("--replace", job_urn(stack))
+    worker = f"{job.name}-worker-0"
+    wait_until(
+        lambda: committed_epochs(checkpoints) >= 1,
+        "the first checkpoint",
+        RUN_TIMEOUT_S,
+        kube.diagnose(job.name),
+    )
+    (first,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
+    kube.core.delete_namespaced_pod(worker, kube.namespace)
+    deleted_at = committed_epochs(checkpoints)
+
+    assert "Succeeded" in kube.wait_for_outcome(job.name)
+    assert deleted_at < job.total_epochs, "the run ended before the worker pod was deleted"
+    (second,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
+    assert second.metadata.uid != first.metadata.uid  # the operator made a new pod
+    master_log = kube.log(f"{job.name}-master-0")
+    assert "resuming from /checkpoints/" in master_log, master_log
+    described = inspect_checkpoints(checkpoints)
+    assert described["epochs_completed"] == job.total_epochs
+    assert described["model_sha256"] == UNINTERRUPTED["model_sha256"]
+
+
+def test_destroy_keeps_the_claim_and_up_with_more_epochs_resumes_from_it(
+    stack: Stack, settings: StackSettings, kube: Kube
+) -> None:
+    job, names = settings.job, resource_names(settings)
+    claim = kube.core.read_namespaced_persistent_volume_claim(names.claim, kube.namespace)
+    checkpoints = kube.claim_directory(names.claim) / job.name
+    assert committed_epochs(checkpoints) == job.total_epochs
+
+    stack.destroy()
+    assert kube.job(job.name) is None
+    kept = kube.core.read_namespaced_persistent_volume_claim(names.claim, kube.namespace)
+    assert kept.metadata.uid == claim.metadata.uid
+
+    more = job.total_epochs + 2
+    stack.config_set("job.totalEpochs", str(more))
+    stack.up()
+    assert "Succeeded" in kube.wait_for_outcome(job.name)
+    master_log = kube.log(f"{job.name}-master-0")
+    resumed = [line for line in master_log.splitlines() if "resuming from" in line]
+    assert resumed and f"({job.total_epochs} epochs completed)" in resumed[0], master_log
+    assert inspect_checkpoints(checkpoints)["epochs_completed"] == more
+
+
+def test_the_node_leaves_nothing_behind(cluster: Cluster, node: RealNode, stack: Stack) -> None:
+    """Its containers, shims, mounts, namespaces and cgroups go with it (the fixture's exit
+    stops it again, which does nothing then)."""
+    stack.destroy()
+    node.stop()
+    assert node.leftovers() == []
+    assert cluster.plane is not None
+    from kubernetes import client
+
+    names = [n.metadata.name for n in client.CoreV1Api(cluster.api()).list_node().items]
+    assert "real-node" not in names
