@@ -23,7 +23,7 @@ IMAGE ?= $(TRAINER_IMAGE)
 CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)
 export CONTAINER_RUNTIME
 
-SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tests/support/*.sh) .ci/run
 # pytest-xdist workers for `make pytest` / `make test-fast` (auto: one per core). Only these two
 # targets run in parallel; the e2e and container suites share one control plane or podman store.
 PYTEST_WORKERS ?= auto

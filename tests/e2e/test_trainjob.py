@@ -1,5 +1,5 @@
 """A TrainJob stack's whole life through the real engine, against Kubeflow Trainer v2.3.0 and
-JobSet v0.12.0 running on the control plane with their webhooks (tools/trainer_plane.py):
+JobSet v0.12.0 running on the control plane with their webhooks (tests/support/trainer_plane.py):
 preview with the policy pack, a bad value, up (the TrainJob and its TrainingRuntime as the
 builders describe them, the JobSet's pods with the environment the local runner emulates,
 `job.waitFor: running` and `make status`), no drift, no plaintext secret, replacement on a change

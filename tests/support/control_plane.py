@@ -1,16 +1,17 @@
 """A real Kubernetes control plane on loopback, for the real-engine e2e suite.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator,
-Kubeflow Trainer v2 and JobSet (tools/trainer_plane.py) and kwok (fake nodes: pods get scheduled
-and reach Running without a kubelet or containers) run as plain processes from the binaries
-`scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
+Kubeflow Trainer v2 and JobSet (tests/support/trainer_plane.py) and kwok (fake nodes: pods get
+scheduled and reach Running without a kubelet or containers) run as plain processes from the
+binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
 genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real admission (Trainer's and
 JobSet's webhooks included), server-side apply, garbage collection, PV binding, the Job
 controller and the operators' reconciliation. The API server reaches nodes and pods only through
-an egress proxy (tools/node_network.py), and `ControlPlane.real_node()` adds a node whose pods
-really run (tools/real_node.py).
+an egress proxy (tests/support/node_network.py), and `ControlPlane.real_node()` adds a node whose
+pods really run (tests/support/real_node.py).
 
-    python -m tools.control_plane --workdir /tmp/cp   # start, print the kubeconfig, wait for ^C
+    # start, print the kubeconfig, wait for ^C
+    python -m tests.support.control_plane --workdir /tmp/cp
 
 The e2e suite uses `ControlPlane` as a context manager (tests/e2e/conftest.py).
 """
@@ -33,14 +34,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
-from tools.node_network import NODE_NETWORK, NodeNamespaces
+from tests.conftest import REPO_ROOT
+from tests.support.node_network import NODE_NETWORK, NodeNamespaces
+from tests.support.trainer_plane import start_trainer
 from tools.ports import free_port
-from tools.trainer_plane import start_trainer
 
 if TYPE_CHECKING:
-    from tools.real_node import RealNode
+    from tests.support.real_node import RealNode
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
 STORAGE_CLASS = "e2e-local"
@@ -53,15 +54,16 @@ WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-# The project's own kwok stages, played beside kwok's "fast" ones (tools/kwok/pod-exit.yaml: a
-# test ends a pod with the exit code it chooses).
-PROJECT_STAGES = REPO_ROOT / "tools" / "kwok"
+# The project's own kwok stages, played beside kwok's "fast" ones
+# (tests/support/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).
+PROJECT_STAGES = Path(__file__).resolve().parent / "kwok"
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
 PERSISTENT_VOLUMES = 6
 STARTUP_TIMEOUT = 120.0
-# Where a real node (tools/real_node.py) keeps its state, logs and namespaces, under the workdir.
+# Where a real node (tests/support/real_node.py) keeps its state, logs and namespaces, under the
+# workdir.
 REAL_NODE_DIR = "real-node"
 
 
@@ -359,7 +361,7 @@ class ControlPlane:
 
     @property
     def egress_socket(self) -> Path:
-        """The API server's way to nodes and pods (tools/node_network.py's egress proxy)."""
+        """The API server's way to nodes and pods (tests/support/node_network.py's egress proxy)."""
         return self.workdir / "egress.sock"
 
     def _start_egress_proxy(self) -> None:
@@ -371,7 +373,7 @@ class ControlPlane:
                 f"--netns={NodeNamespaces(self.real_node_dir / 'ns').net}",
                 f"--node-network={NODE_NETWORK}",
             ],
-            command=[sys.executable, "-m", "tools.node_network", "egress-proxy"],
+            command=[sys.executable, "-m", "tests.support.node_network", "egress-proxy"],
             env={"PYTHONPATH": str(REPO_ROOT)},
         )
         self._wait(process, "its socket", sock.exists)
@@ -396,9 +398,10 @@ class ControlPlane:
 
     @contextlib.contextmanager
     def real_node(self, *, registry_user: str, registry_password: str) -> Iterator[RealNode]:
-        """A node with a kubelet, containerd and cluster DNS beside kwok's (tools/real_node.py),
-        and the authenticated registry it pulls from; stopped on exit (or with the plane)."""
-        from tools.real_node import RealNode
+        """A node with a kubelet, containerd and cluster DNS beside kwok's
+        (tests/support/real_node.py), and the authenticated registry it pulls from; stopped on exit
+        (or with the plane)."""
+        from tests.support.real_node import RealNode
 
         if self._real_node is not None:
             raise ControlPlaneError("this control plane already has a real node")
@@ -695,7 +698,9 @@ def _registry_password(workdir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.control_plane", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.control_plane", description=__doc__
+    )
     parser.add_argument("--workdir", type=Path, required=True, help="state, logs, kubeconfig")
     parser.add_argument(
         "--real-node",

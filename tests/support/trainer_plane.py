@@ -1,5 +1,5 @@
-"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tools/control_plane.py), with their
-admission webhooks served for real.
+"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tests/support/control_plane.py), with
+their admission webhooks served for real.
 
 What their manifests install in a cluster, done on loopback: the CRDs (TrainJob, TrainingRuntime,
 ClusterTrainingRuntime; JobSet), the `torch-distributed` ClusterTrainingRuntime, the two
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from tools.control_plane import ControlPlane
+    from tests.support.control_plane import ControlPlane
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
@@ -134,7 +134,7 @@ def start_trainer(plane: ControlPlane) -> None:
     wait; then the torch-distributed ClusterTrainingRuntime, through Trainer's webhook."""
     from kubernetes import utils
 
-    from tools.control_plane import _http_ok
+    from tests.support.control_plane import _http_ok
     from tools.ports import free_port
 
     share = plane.bin_dir.parent
