@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
-from tools import container_backend
+from tools.local_backends import container as container_backend
 from tools.ports import free_port
 
 TEST_IMAGE = "localhost/pytorch-distributed-trainer:test"

@@ -23,7 +23,6 @@ from components.manifests import resource_names
 from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 from tests.e2e.test_stack_lifecycle import contains
-from tools import container_backend
 
 NAMESPACE = "default"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -186,9 +185,7 @@ def test_the_jobsets_pods_get_the_environment_the_local_runner_emulates(
     for pod in pods:
         role = roles[pod["spec"]["hostname"]]
         assert pod["spec"]["subdomain"] == settings.job.name
-        emulated, _ = container_backend.container_env(
-            role.container, pod=role.name, namespace=NAMESPACE
-        )
+        emulated, _ = pods.container_env(role.container, pod=role.name, namespace=NAMESPACE)
         assert resolved_env(pod) == {**emulated, **role.env}, role.name
         # The claim and the pull secret reach the pods through the runtime patch.
         claims = [

@@ -23,7 +23,8 @@ from components.job_apis.pytorchjob import pytorchjob_manifest
 from components.settings import ElasticSettings, SettingsError, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT, committed_epochs, wait_for_runner
 from tools import procs
-from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
+from tools.local_backends.process import choose_devices, replica_commands
+from tools.run_local import LocalRunError, apply_overrides
 from tools.run_local import main as run_local_main
 
 JOB = "ddp-dev"  # job.name of the dev stack

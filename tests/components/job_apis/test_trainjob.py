@@ -334,7 +334,7 @@ def test_what_a_trainjob_cannot_do_is_one_line_naming_the_key(
 
 
 def test_the_container_backend_resolves_rank_0s_name_to_loopback(tmp_path: Path) -> None:
-    from tools import container_backend
+    from tools.local_backends import container as container_backend
 
     stack = objects(dev())
     commands, notices = container_backend.replica_commands(
