@@ -50,17 +50,17 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import yaml
 
-from tests.support.control_plane import (
-    REPO_ROOT,
+from tests.conftest import REPO_ROOT
+from tests.support.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
+from tests.support.processes import (
     ControlPlaneError,
-    _http_ok,
-    _Process,
-    free_port,
+    PlaneProcess,
+    http_ok,
     launch,
     terminate,
     wait_for,
 )
-from tests.support.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
+from tools.ports import free_port
 
 if TYPE_CHECKING:
     from tests.support.control_plane import ControlPlane
@@ -126,7 +126,7 @@ class RealNode:
         self.cgroup = f"pytorch-distributed-e2e-{secrets.token_hex(4)}"
         self.socket = directory / "containerd.sock"
         self._tag = secrets.token_hex(8)
-        self._processes: list[_Process] = []
+        self._processes: list[PlaneProcess] = []
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ class RealNode:
 
     # -- components -----------------------------------------------------------------------------
 
-    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> _Process:
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> PlaneProcess:
         process = launch(name, argv, workdir=self.directory, env=env)
         self._processes.append(process)
         return process
@@ -539,7 +539,7 @@ disabled_plugins = [
 
         def ready() -> bool:
             with entered_netns(self.namespaces.net):
-                return _http_ok(f"http://{NODE_IP}:{DNS_READY_PORT}/ready")
+                return http_ok(f"http://{NODE_IP}:{DNS_READY_PORT}/ready")
 
         wait_for(process, "/ready", ready)
 

@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tests.support.processes import http_ok
+from tools.ports import free_port
+
 if TYPE_CHECKING:
     from tests.support.control_plane import ControlPlane
 
@@ -134,9 +137,6 @@ def start_trainer(plane: ControlPlane) -> None:
     wait; then the torch-distributed ClusterTrainingRuntime, through Trainer's webhook."""
     from kubernetes import utils
 
-    from tests.support.control_plane import _http_ok
-    from tools.ports import free_port
-
     share = plane.bin_dir.parent
     api = plane.api()
     for crd in sorted((share / "jobset-crds").glob("*.yaml")):
@@ -173,7 +173,7 @@ def start_trainer(plane: ControlPlane) -> None:
             f"--health-probe-bind-address=127.0.0.1:{jobset_probe}",
         ],
     )
-    plane._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{jobset_probe}/readyz"))
+    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{jobset_probe}/readyz"))
     webhooks = share / "jobset-webhooks"
     _apply_webhooks(
         plane,
@@ -210,7 +210,7 @@ def start_trainer(plane: ControlPlane) -> None:
         [f"--kubeconfig={plane.kubeconfig}", f"--config={trainer_config}"],
         env={"TMPDIR": str(tmpdir)},
     )
-    plane._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{trainer_probe}/readyz"))
+    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{trainer_probe}/readyz"))
     _apply_webhooks(
         plane,
         webhook_configurations(
