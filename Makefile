@@ -18,13 +18,15 @@ RETRIEVE_ARGS ?=
 STATUS_ARGS ?=
 # make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
 BACKEND ?= process
-IMAGE ?= localhost/pytorch-distributed-trainer:local
-# podman's OCI runtime for the image targets and the container backend (runc: crun fails on
-# hybrid-cgroup kernels such as CI's); CONTAINER_RUNTIME= uses podman's default.
-CONTAINER_RUNTIME ?= runc
+# The image's name and podman's OCI runtime for the image targets and the container backend come
+# from tools/containers/defaults.env, which the scripts and the container backend read too;
+# CONTAINER_RUNTIME= uses podman's default.
+include tools/containers/defaults.env
+IMAGE ?= $(TRAINER_IMAGE)
+CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)
 export CONTAINER_RUNTIME
 
-SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tests/support/*.sh) .ci/run
 # pytest-xdist workers for `make pytest` / `make test-fast` (auto: one per core). Only these two
 # targets run in parallel; the e2e and container suites share one control plane or podman store.
 PYTEST_WORKERS ?= auto
@@ -33,7 +35,7 @@ WORKFLOWS := $(wildcard .github/workflows/*.yml)
 .PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets.
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 # pip's own output, not --quiet: the first install downloads torch from PyPI with its CUDA
 # libraries (about 5 GB in .venv), and pip names each file with its size and shows its progress.

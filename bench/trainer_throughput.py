@@ -27,7 +27,6 @@ import argparse
 import io
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tutorial_loop import PerSampleDataset
+from tools.ports import free_port
 from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import CheckpointStore, model_sha256
 from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint
@@ -182,12 +182,6 @@ def throughput_rank(rank: int, args: argparse.Namespace, port: int, out: str) ->
         Path(out).write_text(json.dumps(results))
     dist.destroy_process_group()
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def throughput(args: argparse.Namespace) -> dict[str, dict[str, float | str]]:

@@ -21,7 +21,8 @@ from typing import Any
 
 import pulumi
 
-from components.settings import StackSettings, quantity_value
+from components.setting_values import quantity_value
+from components.settings import StackSettings
 
 APP_DIR = "/opt/pytorch-distributed"
 ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"

@@ -8,8 +8,10 @@ naming the key, the value and what is allowed. Only `load_settings` touches the 
 Why declarations: each key is one field below (name, type, default, bounds or pattern, help);
 pydantic parses from it, and the unknown-key check, the error line (`_settings_error`) and the
 README's table (`settings_table_markdown`) are derived from it, so they cannot drift apart.
-Pydantic rather than our own readers over dataclass metadata: coercion, bounds, patterns, nested
-objects and the location of each error are what those readers were; here they only add words.
+Pydantic because coercion, bounds, patterns, nested objects and the location of each error are
+what a settings reader needs, and it gives them from the declaration alone; this module only adds
+the words. The shapes a value may take (names, quantities, image references, labels) live in
+components/setting_values.py, so a person adding a key reads the declarations first.
 
 `pulumi config set --path job.nodes 3` stores 3 as a number (with `--path`, integers become
 numbers and "true"/"false" booleans; everything else, and every top-level value, is a string),
@@ -21,22 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterator, Mapping
-from decimal import Decimal
 from pathlib import Path
 from types import FunctionType
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from annotated_types import Ge, Le
 from pydantic import (
-    AfterValidator,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
-    SkipValidation,
-    StringConstraints,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -45,7 +40,39 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.dataclasses import dataclass, is_pydantic_dataclass
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError, PydanticUndefined
+from pydantic_core import PydanticUndefined
+
+from components.setting_values import (
+    AccessMode,
+    Allowed,
+    Boolean,
+    CleanPodPolicy,
+    DnsLabel,
+    ImageBuilder,
+    ImagePlatform,
+    ImageRef,
+    ImageRepository,
+    Integer,
+    JobApiName,
+    JobName,
+    Labels,
+    MountPath,
+    ObjectName,
+    Platform,
+    Quantity,
+    RegistryServer,
+    RestartPolicy,
+    RunaiProject,
+    Secret,
+    TaskRef,
+    Text,
+    WaitFor,
+    is_loopback,
+    is_pinned,
+    refusal,
+    registry_host,
+    server_host,
+)
 
 PROJECT = "pytorch-distributed"
 # Config namespaces a stack file may use: the project's own, the engine's (`pulumi:`) and those
@@ -60,213 +87,16 @@ DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
 TABLE_START = "<!-- settings-table:start (generated: python -m components.settings) -->"
 TABLE_END = "<!-- settings-table:end -->"
 
-Platform = Literal["kubeflow", "runai"]
-ImagePlatform = Literal["linux/amd64", "linux/arm64"]
-AccessMode = Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
-ImageBuilder = Literal["buildkit", "classic"]
-WaitFor = Literal["none", "created", "running", "succeeded"]
-RestartPolicy = Literal["ExitCode", "OnFailure", "Never"]
-CleanPodPolicy = Literal["None", "Running", "All"]
-JobApiName = Literal["pytorchjob", "trainjob"]
-PLATFORMS: tuple[str, ...] = get_args(Platform)
-IMAGE_PLATFORMS: tuple[str, ...] = get_args(ImagePlatform)
-ACCESS_MODES: tuple[str, ...] = get_args(AccessMode)
-WAIT_FOR: tuple[str, ...] = get_args(WaitFor)
-RESTART_POLICIES: tuple[str, ...] = get_args(RestartPolicy)
-CLEAN_POD_POLICIES: tuple[str, ...] = get_args(CleanPodPolicy)
-JOB_APIS: tuple[str, ...] = get_args(JobApiName)
-
-# The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
-# DNS-1035 labels (63 characters), so the job name leaves room for the longest suffix.
-JOB_NAME_MAX = 48
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 16
 # Under restartPolicy ExitCode the operator recreates a pod that exits 128 or more without ever
 # counting it against backoffLimit (kubeflow/trainer#2045): only the job's deadline ends that.
 EXIT_CODE_DEADLINE_SECONDS = 7 * 24 * 3600
 
-_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*\Z")
-# Kubernetes resource.Quantity: a decimal number, then a binary (Ki..Ei) or decimal (n..E)
-# suffix or an exponent. "10TB" is the classic mistake this rejects.
-_QUANTITY = re.compile(
-    r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][-+]?[0-9]+)?\Z"
-)
-_QUANTITY_FACTORS: dict[str | None, Decimal] = {
-    None: Decimal(1),
-    **{suffix: Decimal(10) ** (3 * power) for power, suffix in enumerate("num", -3)},
-    **{suffix: Decimal(10) ** (3 * power) for power, suffix in enumerate("kMGTPE", 1)},
-    **{f"{suffix}i": Decimal(2) ** (10 * power) for power, suffix in enumerate("KMGTPE", 1)},
-}
-# Docker reference grammar, reduced to what we need: optional registry host[:port], lowercase
-# path components, then an optional :tag and/or @sha256:<64 hex> digest.
-_HOST_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
-_REGISTRY_HOST = rf"(?:{_HOST_LABEL}(?:\.{_HOST_LABEL})*(?::[0-9]+)?)"
-_PATH_COMPONENT = r"(?:[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)"
-_REPOSITORY_RE = rf"(?:{_REGISTRY_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-_TAG_RE = r"[\w][\w.-]{0,127}"
-_DIGEST_RE = r"sha256:[0-9a-f]{64}"
-_PINNED_REF = re.compile(rf"^{_REPOSITORY_RE}(?::{_TAG_RE})?@{_DIGEST_RE}\Z")
-
 
 class SettingsError(ValueError):
     """A config value is invalid; the message names the key, the value and what is allowed."""
 
-
-class Allowed(str):
-    """What a key accepts, in the words of its error message and of the README's table."""
-
-
-def _matching(pattern: str, allowed: str, max_length: int | None = None) -> Any:
-    # Python's re (see _CONFIG), not pydantic's default Rust engine: the patterns end in \Z, which
-    # refuses a trailing newline where $ would let "ddp\n" through.
-    return Annotated[
-        str, StringConstraints(pattern=pattern, max_length=max_length), Allowed(allowed)
-    ]
-
-
-def _integer(value: Any) -> Any:
-    """An int or its spelling ("3"); pydantic's lax mode alone would take True as 1 and 2.0 as 2."""
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("not an integer")
-    return value
-
-
-def _boolean(value: Any) -> Any:
-    """true/false or their spelling; lax mode alone would take "yes", "on" and 1 as true."""
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if not isinstance(value, bool):
-        raise ValueError("not a boolean")
-    return value
-
-
-def _number_text(value: Any) -> Any:
-    """YAML reads `cpu: 2` or `cpu: 0.5` as numbers; Kubernetes takes their plain spelling (never
-    "5e-01", which would mean something else to Kubernetes)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return value
-    return str(value) if isinstance(value, int) else format(Decimal(repr(value)), "f")
-
-
-def _positive_quantity(text: str) -> str:
-    try:
-        positive = quantity_value(text) > 0
-    except ArithmeticError:  # an exponent beyond what Decimal holds
-        positive = False
-    if not positive:
-        raise ValueError("not a positive quantity")
-    return text
-
-
-def _refuse(key: str, value: Any, allowed: str) -> PydanticCustomError:
-    """A refusal in our words; `key` is relative to the object whose validator raises it."""
-    context = {"key": key, "value": value, "allowed": allowed}
-    return PydanticCustomError("settings", "{allowed}", context)
-
-
-def _labels(raw: Any) -> Mapping[str, str]:
-    """Extra labels (team, cost center) on the stack's objects: metadata only, so changing them
-    updates the objects in place and never replaces the job."""
-    if isinstance(raw, str):  # `--path labels.team` reaches the program as a JSON string
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ValueError("not JSON") from None
-    if not isinstance(raw, Mapping):
-        raise ValueError("not an object")
-    for name, value in raw.items():
-        prefix, _, label = str(name).rpartition("/")
-        if (prefix and not (_DNS1123_SUBDOMAIN.match(prefix) and len(prefix) <= 253)) or not (
-            _LABEL_VALUE.match(label) and label
-        ):
-            raise _refuse(
-                str(name),
-                value,
-                "label names are [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
-                "starting and ending alphanumeric, prefix a DNS subdomain",
-            )
-        if prefix == "app.kubernetes.io":
-            raise _refuse(str(name), value, "app.kubernetes.io/* labels are the stack's own")
-        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
-            raise _refuse(
-                str(name),
-                value,
-                "a label value is a string of up to 63 characters of [A-Za-z0-9-_.], "
-                "empty or starting and ending alphanumeric",
-            )
-    return {str(name): value for name, value in raw.items()}
-
-
-def _dns_label(max_length: int) -> Any:
-    return _matching(
-        rf"^{_DNS_LABEL}\Z",
-        "expected a DNS-1123 label: lowercase letters, digits and '-', starting and ending with "
-        f"a letter or digit, at most {max_length} characters",
-        max_length,
-    )
-
-
-Integer = Annotated[int, BeforeValidator(_integer), Allowed("expected an integer")]
-Boolean = Annotated[bool, BeforeValidator(_boolean), Allowed("expected true or false")]
-Text = _matching(r"\S", "expected a non-empty string")
-DnsLabel = _dns_label(63)
-RunaiProject = _dns_label(57)  # Run:ai's namespace runai-<project> must stay a DNS label
-JobName = _matching(
-    r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z",
-    f"expected a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) of "
-    f"at most {JOB_NAME_MAX} characters, so the operator's pod and service names stay valid",
-    JOB_NAME_MAX,
-)
-ObjectName = _matching(
-    _DNS1123_SUBDOMAIN.pattern,
-    "expected a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-', "
-    "'.'), at most 253 characters",
-    253,
-)
-Quantity = Annotated[
-    str,
-    BeforeValidator(_number_text),
-    StringConstraints(pattern=_QUANTITY.pattern),
-    AfterValidator(_positive_quantity),
-    Allowed(
-        "expected a positive Kubernetes quantity such as 500m, 2, 16Gi or 10Ti "
-        "(binary suffixes Ki/Mi/Gi/Ti/Pi/Ei, decimal k/M/G/T/P/E; not 'GB'/'TB')"
-    ),
-]
-ImageRepository = _matching(
-    rf"^{_REPOSITORY_RE}\Z",
-    "expected an image repository without tag, e.g. registry.example.com/team/trainer",
-)
-ImageRef = _matching(
-    rf"^{_REPOSITORY_RE}(?::{_TAG_RE})?(?:@{_DIGEST_RE})?\Z",
-    "expected an image reference, repo:tag or repo@sha256:<64 hex>",
-)
-RegistryServer = _matching(
-    rf"^(?:https?://)?{_REGISTRY_HOST}(?:/[\w./-]*)?\Z",
-    "expected a registry host such as registry.example.com[:port]",
-)
-TaskRef = _matching(
-    r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*\Z",
-    "expected MODULE:FUNCTION, e.g. trainer.tasks:regression",
-)
-MountPath = _matching(
-    r"^(?!/dev/shm\Z|/opt/pytorch-distributed)(/(?!\.\.?(/|\Z))[^/:\n]+)+\Z",
-    "expected an absolute directory such as /checkpoints (no trailing '/', '..', ':', "
-    "and not /, /dev/shm or the image's /opt/pytorch-distributed)",
-)
-Labels = Annotated[
-    Mapping[str, str],
-    PlainValidator(_labels),
-    Allowed("expected an object of label names to strings"),
-]
-# A secret pulumi.Output[str] in the program, a plain str (or REDACTED, or None) offline: never
-# validated, shown or serialised, and never read from the registry object (see parse_settings).
-Secret = Annotated[Any, SkipValidation, Allowed("a secret: pulumi config set --secret")]
 
 _CONFIG = ConfigDict(
     alias_generator=to_camel,  # config keys are camelCase, attributes snake_case
@@ -281,9 +111,10 @@ _CONFIG = ConfigDict(
 _FROM_CONFIG = {"config": True}
 
 
-def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    """Refuse `key` unless `ok`: the rules across keys, in the declarations' validators."""
     if not ok:
-        raise _refuse(key, value, allowed)
+        raise refusal(key, value, allowed)
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -300,14 +131,14 @@ class _Settings:
         if unknown := [key for key in data if key not in keys]:
             secret = (PASSWORD_KEY,) if cls is StackSettings else ()  # where it belongs
             allowed = f"unknown key; allowed keys are {', '.join((*keys, *secret))}"
-            raise _refuse(str(unknown[0]), data[unknown[0]], allowed)
+            raise refusal(str(unknown[0]), data[unknown[0]], allowed)
         return {key: value for key, value in data.items() if value is not None}
 
 
 def _default_insecure_registry(data: dict[str, Any]) -> bool:
     """`true` when `image.repository` is on loopback (localhost, 127.0.0.0/8); else `false`"""
     repository = data.get("repository")
-    return repository is not None and _is_loopback(registry_host(repository))
+    return repository is not None and is_loopback(registry_host(repository))
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -332,24 +163,24 @@ class ImageSettings(_Settings):
     @property
     def pinned(self) -> bool:
         """True when `ref` names an immutable digest (the policy pack insists on it for prod)."""
-        return self.ref is not None and _PINNED_REF.match(self.ref) is not None
+        return self.ref is not None and is_pinned(self.ref)
 
     @model_validator(mode="after")
     def _build_or_ref(self, info: ValidationInfo) -> ImageSettings:
         if info.context is not None:
-            _check(
+            _require(
                 not self.build or self.repository is not None,
                 "repository",
                 None,
                 "required when image.build is true (where the built image is pushed)",
             )
-            _check(
+            _require(
                 self.build or self.ref is not None,
                 "ref",
                 None,
                 "required when image.build is false (the prebuilt image)",
             )
-            _check(
+            _require(
                 not self.build or self.ref is None,
                 "ref",
                 self.ref,
@@ -472,7 +303,7 @@ class JobSettings(_Settings):
         if info.context is None:
             return self
         trainjob = self.api == "trainjob"
-        _check(
+        _require(
             trainjob or self.cluster_runtime is None,
             "clusterRuntime",
             self.cluster_runtime,
@@ -480,7 +311,7 @@ class JobSettings(_Settings):
         )
         # Trainer v2.3.0's torch plugin sets a fixed PET_NNODES and no rendezvous of its own:
         # elastic PyTorch waits for JobSet to support elastic jobs (a TODO in its torch.go).
-        _check(
+        _require(
             not trainjob or self.elastic is None,
             "elastic",
             "set",
@@ -490,20 +321,20 @@ class JobSettings(_Settings):
         if self.elastic is None:
             return self
         elastic = self.elastic
-        _check(
+        _require(
             elastic.max_nodes in (None, self.nodes),
             "elastic.maxNodes",
             elastic.max_nodes,
             f"the job has job.nodes = {self.nodes} pods, the most it can train on: set job.nodes "
             "to the largest number of nodes (or leave maxNodes out)",
         )
-        _check(
+        _require(
             elastic.min_nodes <= self.nodes,
             "elastic.minNodes",
             elastic.min_nodes,
             f"at most job.nodes ({self.nodes}), the pods the job has",
         )
-        _check(
+        _require(
             self.max_restarts == 0,
             "maxRestarts",
             self.max_restarts,
@@ -564,16 +395,16 @@ class StackSettings(_Settings):
         if info.context is None:
             return self
         runai, project = self.platform == "runai", self.runai_project
-        _check(
+        _require(
             not runai or project is not None,
             "runaiProject",
             None,
             "required when platform is runai (the Run:ai project name)",
         )
-        _check(
+        _require(
             runai or project is None, "runaiProject", project, "only allowed when platform is runai"
         )
-        _check(
+        _require(
             not runai or self.job.api == "pytorchjob",
             "job.api",
             self.job.api,
@@ -582,13 +413,13 @@ class StackSettings(_Settings):
         )
         if self.registry is not None and self.image.build and self.image.repository is not None:
             host = registry_host(self.image.repository)
-            _check(
-                host in (None, _server_host(self.registry.server)),
+            _require(
+                host in (None, server_host(self.registry.server)),
                 "registry.server",
                 self.registry.server,
                 f"must be the registry image.repository pushes to ({host})",
             )
-        _check(
+        _require(
             self.checkpoints.access_mode != "ReadWriteOncePod" or self.job.nodes == 1,
             "checkpoints.accessMode",
             self.checkpoints.access_mode,
@@ -599,7 +430,7 @@ class StackSettings(_Settings):
         # directory: a warm start is a new run with a directory of its own.
         if (init_from := self.job.init_from) is not None:
             mount, own = self.checkpoints.mount_path, self.checkpoint_dir
-            _check(
+            _require(
                 init_from.startswith(mount + "/")
                 and all(part not in ("", ".", "..") for part in init_from.split("/")[1:]),
                 "job.initFrom",
@@ -607,7 +438,7 @@ class StackSettings(_Settings):
                 f"expected a checkpoint directory or file on the claim, under {mount}/ "
                 f"(e.g. {mount}/<previous job.name>), without '..' or a trailing '/'",
             )
-            _check(
+            _require(
                 init_from != own and not init_from.startswith(own + "/"),
                 "job.initFrom",
                 init_from,
@@ -651,7 +482,7 @@ def _allowed(info: FieldInfo) -> str:
     return " ".join([words[0], " and ".join(bounds)]).strip()
 
 
-def _fail(key: str, value: Any, allowed: str) -> SettingsError:
+def _config_error(key: str, value: Any, allowed: str) -> SettingsError:
     if value is None:
         return SettingsError(f"missing config {PROJECT}:{key}: {allowed}")
     return SettingsError(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
@@ -663,52 +494,22 @@ def _settings_error(error: ValidationError) -> SettingsError:
     loc = [str(part) for part in first["loc"]]
     if first["type"] == "settings":
         context = first.get("ctx") or {}
-        return _fail(".".join([*loc, context["key"]]), context["value"], context["allowed"])
+        return _config_error(".".join([*loc, context["key"]]), context["value"], context["allowed"])
     section: Any = StackSettings
     info: FieldInfo | None = None
     for part in loc:
         if (info := _config_fields(section).get(part)) is None:  # not a key: pydantic's words
-            return _fail(".".join(loc), first["input"], first["msg"])
+            return _config_error(".".join(loc), first["input"], first["msg"])
         if inner := _object_type(info.annotation):
             section, info = inner, None
     key = ".".join(loc)
     if info is None:
         keys = ", ".join(_config_fields(section))
-        return _fail(key, first["input"], f"expected an object with keys {keys}")
+        return _config_error(key, first["input"], f"expected an object with keys {keys}")
     if first["type"] == "missing":
         owner = ".".join(loc[:-1])
-        return _fail(key, None, f"required when {owner} is set; {_allowed(info)}")
-    return _fail(key, first["input"], _allowed(info))
-
-
-def quantity_value(text: str) -> Decimal:
-    """The numeric value of a Kubernetes quantity ("500m" -> 0.5, "1Gi" -> 1073741824)."""
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    suffix = match["suffix"]
-    if suffix is not None and suffix[0] in "eE" and len(suffix) > 1:
-        return Decimal(match["number"]) * Decimal(10) ** int(suffix[1:])
-    return Decimal(match["number"]) * _QUANTITY_FACTORS[suffix]
-
-
-def registry_host(repository: str) -> str | None:
-    """The registry host[:port] an image repository lives on; None for Docker Hub's short
-    names (`team/trainer`), which carry no host."""
-    first, _, rest = repository.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return None
-
-
-def _server_host(server: str) -> str:
-    return re.sub(r"^https?://", "", server).split("/", 1)[0]
-
-
-def _is_loopback(host: str | None) -> bool:
-    """A registry on this machine: `localhost` or an address in 127.0.0.0/8, with any port."""
-    name = (host or "").partition(":")[0]
-    return name == "localhost" or re.fullmatch(r"127(\.[0-9]{1,3}){3}", name) is not None
+        return _config_error(key, None, f"required when {owner} is set; {_allowed(info)}")
+    return _config_error(key, first["input"], _allowed(info))
 
 
 def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackSettings:
@@ -718,7 +519,7 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
     as a secret Output and the offline tools hold REDACTED or nothing.
     """
     if PASSWORD_KEY in values:
-        raise _fail(
+        raise _config_error(
             PASSWORD_KEY,
             REDACTED,
             "pass the registry password separately (parse_settings(password=...))",
@@ -731,7 +532,7 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
         registry = dataclasses.replace(settings.registry, password=password)
         return dataclasses.replace(settings, registry=registry)
     if password is not None:
-        raise _fail(
+        raise _config_error(
             PASSWORD_KEY,
             REDACTED,
             "a registry password needs the registry object (registry.server and "
@@ -761,7 +562,7 @@ def _project_values(config: Mapping[str, Any], source: str) -> dict[str, Any]:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                raise _fail(key, value, f"expected an object ({source})") from None
+                raise _config_error(key, value, f"expected an object ({source})") from None
         values[key] = value
     return values
 
@@ -821,7 +622,7 @@ def load_settings() -> StackSettings:
         password = config.get_secret(PASSWORD_KEY)
         settings = parse_settings(values, password=password)
         if settings.registry is not None and password is None:
-            raise _fail(
+            raise _config_error(
                 PASSWORD_KEY,
                 None,
                 "required when registry is set: pulumi config set --secret registryPassword",

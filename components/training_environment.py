@@ -9,10 +9,12 @@ kubeconfig happens to point at. Which children exist follows `stack_objects`, as
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, fields
 
 import pulumi
 import pulumi_docker as docker
 import pulumi_kubernetes as k8s
+from pydantic.alias_generators import to_camel
 
 from components.checkpoint_volume import CheckpointVolume
 from components.job_apis import api_of_settings
@@ -33,23 +35,76 @@ def kubectl(settings: StackSettings, *args: str) -> str:
     return shlex.join(words)
 
 
-class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, RegistryCredential, CheckpointVolume and the job: a PyTorchJob or a
-    TrainJob, as `job.api` says."""
+@dataclass(frozen=True)
+class StackOutputs:
+    """What `pulumi stack output` shows, declared once: the component registers these and
+    __main__.py exports them, each under its attribute's camelCase name (`logs_command` ->
+    `logsCommand`), so the two lists cannot drift apart."""
 
     namespace: pulumi.Output[str]
     job_name: pulumi.Output[str]
-    image_ref: pulumi.Output[str]
+    image: pulumi.Output[str]
+    """the image the job runs, pinned by digest when built"""
     claim_name: pulumi.Output[str]
     checkpoint_path: pulumi.Output[str]
     logs_command: pulumi.Output[str]
     status_command: pulumi.Output[str]
     checkpoint_command: pulumi.Output[str]
 
+    def by_name(self) -> dict[str, pulumi.Output[str]]:
+        """The outputs under their stack output names."""
+        return {to_camel(field.name): getattr(self, field.name) for field in fields(self)}
+
+
+def stack_outputs(
+    settings: StackSettings,
+    image: pulumi.Output[str],
+    claim: pulumi.Output[str],
+    job: pulumi.Output[str],
+) -> StackOutputs:
+    """Where the job runs, what it runs, where checkpoints go, and how to watch it."""
+    names = resource_names(settings)
+    api = api_of_settings(settings)
+    return StackOutputs(
+        namespace=pulumi.Output.from_input(settings.namespace),
+        job_name=job,
+        image=image,
+        claim_name=claim,
+        checkpoint_path=pulumi.Output.from_input(settings.checkpoint_dir),
+        logs_command=pulumi.Output.from_input(kubectl(settings, *api.logs_args(settings))),
+        status_command=pulumi.Output.from_input(
+            kubectl(settings, "get", api.status_resource(names.job), "--watch")
+        ),
+        # The job's pods may be gone when the checkpoints are wanted (finished, cleaned up,
+        # destroyed): tools/retrieve.py reads the claim through a pod of its own.
+        checkpoint_command=pulumi.Output.from_input(
+            shlex.join(["make", "checkpoint", f"STACK={pulumi.get_stack()}"])
+        ),
+    )
+
+
+class TrainingEnvironment(pulumi.ComponentResource):
+    """Composes TrainingImage, RegistryCredential, CheckpointVolume and the job: a PyTorchJob or a
+    TrainJob, as `job.api` says."""
+
+    outputs: StackOutputs
+
     def __init__(
         self, name: str, settings: StackSettings, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("pytorch-distributed:index:TrainingEnvironment", name, None, opts)
+        # Every child and each of its resources (parent=self) resolve their provider from this
+        # map, by package: none can fall back to a default provider.
+        child = pulumi.ResourceOptions(
+            parent=self, providers=self._create_providers(name, settings)
+        )
+        image, claim, job = self._create_children(name, settings, child)
+        self.outputs = stack_outputs(settings, image, claim, job)
+        self.register_outputs(self.outputs.by_name())
+
+    def _create_providers(
+        self, name: str, settings: StackSettings
+    ) -> list[pulumi.ProviderResource]:
         own = pulumi.ResourceOptions(parent=self)
         providers: list[pulumi.ProviderResource] = [
             k8s.Provider(
@@ -69,9 +124,14 @@ class TrainingEnvironment(pulumi.ComponentResource):
             providers.append(
                 docker.Provider(f"{name}-docker", registry_auth=auth or None, opts=own)
             )
-        # Every child and each of its resources (parent=self) resolve their provider from this
-        # map, by package: none can fall back to a default provider.
-        child = pulumi.ResourceOptions(parent=self, providers=providers)
+        return providers
+
+    @staticmethod
+    def _create_children(
+        name: str, settings: StackSettings, child: pulumi.ResourceOptions
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
+        """The image, the pull secret, the claim and the job; returns the image reference, the
+        claim's name and the job's name."""
         image = TrainingImage(f"{name}-image", settings.image, settings.registry, opts=child)
         registry = settings.registry
         objects = stack_objects(
@@ -109,32 +169,4 @@ class TrainingEnvironment(pulumi.ComponentResource):
                 depends_on=job_dependencies,
                 opts=child,
             )
-
-        names = resource_names(settings)
-        api = api_of_settings(settings)
-        self.namespace = pulumi.Output.from_input(settings.namespace)
-        self.job_name = job.job_name
-        self.image_ref = image.image_ref
-        self.claim_name = volume.claim_name
-        self.checkpoint_path = pulumi.Output.from_input(settings.checkpoint_dir)
-        self.logs_command = pulumi.Output.from_input(kubectl(settings, *api.logs_args(settings)))
-        self.status_command = pulumi.Output.from_input(
-            kubectl(settings, "get", api.status_resource(names.job), "--watch")
-        )
-        # The job's pods may be gone when the checkpoints are wanted (finished, cleaned up,
-        # destroyed): tools/retrieve.py reads the claim through a pod of its own.
-        self.checkpoint_command = pulumi.Output.from_input(
-            shlex.join(["make", "checkpoint", f"STACK={pulumi.get_stack()}"])
-        )
-        self.register_outputs(
-            {
-                "namespace": self.namespace,
-                "jobName": self.job_name,
-                "imageRef": self.image_ref,
-                "claimName": self.claim_name,
-                "checkpointPath": self.checkpoint_path,
-                "logsCommand": self.logs_command,
-                "statusCommand": self.status_command,
-                "checkpointCommand": self.checkpoint_command,
-            }
-        )
+        return image.image_ref, volume.claim_name, job.job_name

@@ -21,7 +21,8 @@ import pulumi
 import pulumi_docker as docker
 
 from components.build_leftovers import BuildLeftovers
-from components.settings import REPO_ROOT, ImageSettings, RegistrySettings, registry_host
+from components.setting_values import registry_host
+from components.settings import REPO_ROOT, ImageSettings, RegistrySettings
 
 TRAINER_DIR = REPO_ROOT / "trainer"
 # Relative to the project directory, where Pulumi runs the program: state then holds the same

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the training image from trainer/Dockerfile with podman and prints its reference.
 #
-#   scripts/build-image.sh [IMAGE]     # default localhost/pytorch-distributed-trainer:local
+#   scripts/build-image.sh [IMAGE]     # default TRAINER_IMAGE of tools/containers/defaults.env
 #
 #   BASE_IMAGE   the Dockerfile's base; default: the local stand-in for the NGC image that
 #                scripts/build-base-image.sh builds (cached), since nvcr.io may be unreachable.
@@ -14,7 +14,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/container-env.sh"
 cd "$repo_root"
 
-image=${1:-localhost/pytorch-distributed-trainer:local}
+image=${1:-$TRAINER_IMAGE}
 need_commands podman:podman runc:runc
 base=${BASE_IMAGE:-$(scripts/build-base-image.sh)}
 echo "trainer image: $image from trainer/Dockerfile on $base" >&2

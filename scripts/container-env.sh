@@ -4,13 +4,15 @@
 # tools/containers/*.conf through CONTAINERS_CONF / CONTAINERS_REGISTRIES_CONF, which a caller
 # may point elsewhere (or at /dev/null to use only podman's built-in defaults).
 #
-#   CONTAINER_RUNTIME  OCI runtime podman uses (`podman --runtime`); default runc, because crun
-#                      fails on hybrid-cgroup kernels such as CI's. Empty: podman's default.
+#   CONTAINER_RUNTIME  OCI runtime podman uses (`podman --runtime`); default in
+#                      tools/containers/defaults.env (runc). Empty: podman's default.
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo_root/tools/containers/containers.conf}
-export CONTAINERS_REGISTRIES_CONF=${CONTAINERS_REGISTRIES_CONF:-$repo_root/tools/containers/registries.conf}
-CONTAINER_RUNTIME=${CONTAINER_RUNTIME-runc}
+# shellcheck source=/dev/null  # NAME=value lines: tools/containers/defaults.env
+source "$repo_root/tools/containers/defaults.env"
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo_root/$CONTAINERS_CONF_FILE}
+export CONTAINERS_REGISTRIES_CONF=${CONTAINERS_REGISTRIES_CONF:-$repo_root/$CONTAINERS_REGISTRIES_CONF_FILE}
+CONTAINER_RUNTIME=${CONTAINER_RUNTIME-$DEFAULT_CONTAINER_RUNTIME}
 
 # `need_commands CMD:debian-package...`: install the Debian packages of missing commands (CI runs
 # on a clean Debian as root); elsewhere say what to install and stop.

@@ -49,7 +49,7 @@ DOCKER_PROVIDER_SHA256=41a3cf1c89a934197a3384db35934b18bad11ba44b492cdb5051fd10e
 # version list stops at v3.120.0). v3.120.0 builds, and a stack's build, push, registry lookup
 # and delete work with it. PROVENANCE says so.
 DOCKER_PROVIDER_BRIDGE_VERSION=v3.120.0
-# The real node's pieces (tools/real_node.py): its kubelet is the API server's version, from the
+# The real node's pieces (tests/support/real_node.py): its kubelet is the API server's version, from the
 # same wrapper module; CoreDNS with the kubernetes plugin (and the few it needs), from the proxy;
 # the sandbox ("pause") image built here, since its public registry cannot be reached. Bump
 # PAUSE_IMAGE_VERSION (INIT_IMAGE_VERSION) when build_pause (build_init_image) changes. The init
@@ -281,7 +281,7 @@ build_kwok() {
   echo "kwok: sigs.k8s.io/kwok@v$KWOK_VERSION cmd/kwok and its fast node and pod stages, Go module proxy" >"$out/PROVENANCE"
 }
 
-# CoreDNS's own main with only the plugins the real node's Corefile uses (tools/real_node.py), in
+# CoreDNS's own main with only the plugins the real node's Corefile uses (tests/support/real_node.py), in
 # their upstream order: the kubernetes plugin and client-go are most of it, and the rest of the
 # default build (cloud DNS backends and their SDKs) would triple the build for nothing.
 build_coredns() {
@@ -484,7 +484,7 @@ install_etcd() {
 }
 
 # The real node's runtime from Debian: containerd 1.6 (with its runc v2 shim and ctr), runc, and
-# the CNI plugins (cni/ beside bin/). Only linked: tools/real_node.py runs containerd with a
+# the CNI plugins (cni/ beside bin/). Only linked: tests/support/real_node.py runs containerd with a
 # config and state of its own, never the packaged service.
 install_node_runtime() {
   local binary missing=()

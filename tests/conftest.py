@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,18 +32,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
-
-
-def pick_free_port() -> int:
-    """Ask the kernel for a port nobody listens on, so parallel torchrun runs never collide."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def free_port() -> int:
-    return pick_free_port()
 
 
 def committed_epochs(checkpoint_dir: Path) -> int:

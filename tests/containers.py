@@ -22,15 +22,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, pick_free_port
-from tools import container_backend
+from tests.conftest import REPO_ROOT
+from tools.local_backends import container as container_backend
+from tools.ports import free_port
 
 TEST_IMAGE = "localhost/pytorch-distributed-trainer:test"
 # What scripts/container-env.sh defaults to, and the Makefile passes on.
-RUNTIME = os.environ.get("CONTAINER_RUNTIME", "runc")
+RUNTIME = os.environ.get("CONTAINER_RUNTIME", container_backend.DEFAULT_RUNTIME)
 ENGINE = container_backend.Engine("podman", RUNTIME or None)
 BUILD_TIMEOUT_S = 1800
-REGISTRY_SCRIPT = REPO_ROOT / "scripts" / "local-registry.sh"
+REGISTRY_SCRIPT = REPO_ROOT / "tests" / "support" / "local-registry.sh"
 # The media types a registry may serve an image manifest as; a node's pull accepts them all.
 MANIFEST_TYPES = ", ".join(
     [
@@ -84,8 +85,8 @@ def build_base_image() -> str:
 
 @dataclass(frozen=True)
 class Registry:
-    """A registry started by scripts/local-registry.sh, with its own registries.conf for podman
-    (the project's, plus this address as plain HTTP)."""
+    """A registry started by tests/support/local-registry.sh, with its own registries.conf for
+    podman (the project's, plus this address as plain HTTP)."""
 
     address: str
     registries_conf: Path
@@ -122,9 +123,9 @@ class Registry:
 def local_registry(
     directory: Path, *, username: str | None = None, password: str | None = None
 ) -> Iterator[Registry]:
-    """scripts/local-registry.sh on a free port, stopped on exit; with `username`, it requires
+    """tests/support/local-registry.sh on a free port, stopped on exit; with `username`, it requires
     authentication with `password`."""
-    port = pick_free_port()
+    port = free_port()
     args = [str(REGISTRY_SCRIPT), "start", str(directory / "registry"), str(port)]
     env = dict(os.environ)
     if username is not None:

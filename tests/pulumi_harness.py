@@ -28,7 +28,8 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_pulumi_func
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
+
 PROJECT = "pytorch-distributed"
 SECRET_SIG = rpc._special_sig_key
 SECRET_VALUE = rpc._special_secret_sig

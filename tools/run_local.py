@@ -38,9 +38,9 @@ Deliberate local deviations, all printed at start:
 * resource requests/limits, image pull secrets and /dev/shm sizing have no local meaning.
 
 With `--backend container` every replica runs as a container of the training image instead
-(`tools.container_backend`: the image's own paths, the claim mounted at its mountPath, the master
-reachable by its pod name on the host's network); the same supervisor runs them, and each
-replica's container name is written to `<checkpoint-root>/.run_local/<pod>.container`.
+(`tools/local_backends/container.py`: the image's own paths, the claim mounted at its mountPath,
+the master reachable by its pod name on the host's network); the same supervisor runs them, and
+each replica's container name is written to `<checkpoint-root>/.run_local/<pod>.container`.
 
 Each replica's process-group id is written to `<checkpoint-root>/.run_local/<pod>.pid` while it
 runs (it is also its session id), so a test or a user can kill one "pod" on purpose.
@@ -56,10 +56,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -67,28 +65,23 @@ from pathlib import Path
 from typing import Any
 
 from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
-from components.manifests import APP_DIR, resource_names
+from components.manifests import resource_names
 from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
-from tools import container_backend
-from tools.stack_cli import add_stack_arguments
-from tools.supervisor import JobOutcome, JobPolicy, ReplicaCommand, Supervisor
-
-LOCAL_IMAGE = "local"
-BACKENDS = ("process", "container")
-LOCAL_MASTER_ADDR = "127.0.0.1"
-PID_DIR_NAME = ".run_local"
-# The host's own launcher variables would leak into the replicas and confuse torchrun.
-_HOST_DISTRIBUTED_VARS = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "NODE_RANK",
+from tools.local_backends import LocalBackend
+from tools.local_backends.container import (
+    DEFAULT_IMAGE,
+    ContainerBackend,
+    ContainerBackendError,
+    parse_env_assignment,
 )
-_HOST_DISTRIBUTED_PREFIXES = ("PET_", "TORCHELASTIC_")
+from tools.local_backends.pods import host_environment
+from tools.local_backends.process import PathMapper, ProcessBackend, path_mapper
+from tools.ports import free_port
+from tools.stack_cli import add_stack_arguments
+from tools.supervisor import JobOutcome, JobPolicy, Supervisor
+
+BACKENDS = ("process", "container")
+PID_DIR_NAME = ".run_local"
 # Flags that override a job setting: JobSettings attribute -> flag.
 OVERRIDE_FLAGS = {
     "total_epochs": "--epochs",
@@ -135,8 +128,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--image",
-        default=container_backend.DEFAULT_IMAGE,
-        help=f"--backend container: the training image (default {container_backend.DEFAULT_IMAGE},"
+        default=DEFAULT_IMAGE,
+        help=f"--backend container: the training image (default {DEFAULT_IMAGE},"
         " what `make image` builds)",
     )
     parser.add_argument(
@@ -168,10 +161,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             if value is not None:
                 parser.error(f"{flag} applies only to --backend container")
     try:
-        args.container_env = dict(
-            container_backend.parse_env_assignment(text) for text in args.container_env
-        )
-    except container_backend.ContainerBackendError as error:
+        args.container_env = dict(parse_env_assignment(text) for text in args.container_env)
+    except ContainerBackendError as error:
         parser.error(str(error))
     return args
 
@@ -192,122 +183,6 @@ def setting_name(attribute: str, args: argparse.Namespace) -> str:
     key = job_key(attribute) or attribute
     flag = OVERRIDE_FLAGS.get(attribute)
     return f"{flag} ({key})" if flag and getattr(args, attribute, None) is not None else key
-
-
-def choose_devices(settings: StackSettings) -> tuple[StackSettings, list[str], str | None]:
-    """GPUs only when there are enough for every replica: (settings, per-replica
-    CUDA_VISIBLE_DEVICES, notice)."""
-    job = settings.job
-    if job.gpus_per_node == 0:
-        return settings, [""] * job.nodes, None
-    import torch  # only paid for when the stack asks for GPUs
-
-    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    needed = job.gpus_per_node * job.nodes
-    if available >= needed:
-        per = job.gpus_per_node
-        slices = [",".join(str(d) for d in range(r * per, (r + 1) * per)) for r in range(job.nodes)]
-        return settings, slices, None
-    notice = (
-        f"NOTICE: the stack asks for {job.gpus_per_node} GPU(s) on each of {job.nodes} replicas "
-        f"({needed} in all) but this machine has {available}; running on the CPU instead "
-        "(gloo backend, one process per replica)."
-    )
-    cpu_job = dataclasses.replace(job, gpus_per_node=0)
-    return dataclasses.replace(settings, job=cpu_job), [""] * job.nodes, notice
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCAL_MASTER_ADDR, 0))
-        return int(sock.getsockname()[1])
-
-
-class PathMapper:
-    """Container paths to local ones: the image's APP_DIR is this checkout, each claim mount
-    is the local checkpoint root."""
-
-    def __init__(self, mounts: Mapping[str, Path]) -> None:
-        # Longest prefix first, so nested mounts resolve to the most specific one.
-        self._mounts = sorted(mounts.items(), key=lambda item: len(item[0]), reverse=True)
-
-    def __call__(self, value: str) -> str:
-        for prefix, local in self._mounts:
-            if value == prefix or value.startswith(prefix + "/"):
-                return str(local) + value[len(prefix) :]
-        return value
-
-
-def path_mapper(
-    template: Mapping[str, Any],
-    container: Mapping[str, Any],
-    checkpoint_root: Path,
-    repo_root: Path,
-) -> PathMapper:
-    mounts: dict[str, Path] = {APP_DIR: repo_root}
-    for mount_path in container_backend.claim_mount_paths(template, container):
-        mounts[mount_path] = checkpoint_root
-    return PathMapper(mounts)
-
-
-def host_environment() -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in _HOST_DISTRIBUTED_VARS and not key.startswith(_HOST_DISTRIBUTED_PREFIXES)
-    }
-    # entrypoint.sh runs `torchrun`: the one next to this interpreter (the project's venv).
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-def elastic_local_env(env: Mapping[str, str], hosts: bool) -> dict[str, str]:
-    """An elastic pod's rendezvous on loopback: the store on worker-0's agent (`hosts`), the
-    peers' address 127.0.0.1 (see the module docstring)."""
-    conf = ",".join(filter(None, [env.get("PET_RDZV_CONF"), f"is_host={int(hosts)}"]))
-    return {**env, "PET_RDZV_CONF": conf, "PET_LOCAL_ADDR": LOCAL_MASTER_ADDR}
-
-
-def replica_commands(
-    job: Mapping[str, Any],
-    *,
-    namespace: str,
-    checkpoint_root: Path,
-    repo_root: Path,
-    master_port: int,
-    visible_devices: Sequence[str],
-    runtime: Mapping[str, Any] | None = None,
-) -> tuple[list[ReplicaCommand], list[str]]:
-    """One local process tree per pod of the job (`runtime`: the TrainingRuntime a TrainJob
-    runs on, where the stack declares it)."""
-    api = api_of_job(job)
-    elastic = api.is_elastic(job)
-    commands: list[ReplicaCommand] = []
-    notices: list[str] = []
-    base = host_environment()
-    for slot, role in enumerate(api.pods(job, runtime)):
-        pod, template, container = role.name, role.template, role.container
-        mapper = path_mapper(template, container, checkpoint_root, repo_root)
-        pod_env, skipped = container_backend.replica_env(
-            job,
-            role,
-            namespace=namespace,
-            master_port=master_port,
-            master_addr=LOCAL_MASTER_ADDR,
-            map_value=mapper,
-        )
-        notices += skipped
-        if elastic:
-            pod_env = elastic_local_env(pod_env, hosts=slot == 0)
-        env = {**base, "CUDA_VISIBLE_DEVICES": visible_devices[slot], **pod_env}
-        argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
-        cwd = Path(mapper(container.get("workingDir", APP_DIR)))
-        commands.append(
-            ReplicaCommand(
-                name=pod, argv=argv, env=env, cwd=cwd, restart_policy=role.restart_policy
-            )
-        )
-    return commands, notices
 
 
 def rank0(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> PodRole:
@@ -477,106 +352,43 @@ def print_summary(
     print("\n".join(lines), flush=True)
 
 
-def cpu_only(settings: StackSettings) -> tuple[StackSettings, str | None]:
-    """The container backend runs every replica on the CPU (no GPU passthrough here)."""
-    job = settings.job
-    if job.gpus_per_node == 0:
-        return settings, None
-    notice = (
-        f"NOTICE: the stack asks for {job.gpus_per_node} GPU(s) per replica; the container "
-        "backend runs on the CPU (gloo backend, one process per replica)."
-    )
-    return dataclasses.replace(settings, job=dataclasses.replace(job, gpus_per_node=0)), notice
-
-
-def container_commands(
-    job: Mapping[str, Any],
-    args: argparse.Namespace,
-    *,
-    namespace: str,
-    checkpoint_root: Path,
-    master_port: int,
-    runtime: Mapping[str, Any] | None = None,
-) -> tuple[list[ReplicaCommand], list[str]]:
-    """The replicas as containers of `--image`, run by the engine with the host's environment
-    plus this project's podman configuration."""
-    engine = container_backend.resolve_engine(args.engine, args.container_runtime)
-    engine_env = container_backend.engine_environment(host_environment(), REPO_ROOT)
-    if not container_backend.image_exists(engine, args.image, engine_env):
-        raise LocalRunError(
-            f"--image = {args.image!r}: {engine.name} has no such image; build it with "
-            "`make image` (scripts/build-image.sh) or pass the reference of one you built"
+def make_backend(args: argparse.Namespace) -> LocalBackend:
+    if args.backend == "container":
+        return ContainerBackend(
+            image=args.image,
+            engine=args.engine,
+            container_runtime=args.container_runtime,
+            extra_env=args.container_env,
+            repo_root=REPO_ROOT,
         )
-    commands, notices = container_backend.replica_commands(
-        job,
-        engine=engine,
-        image=args.image,
-        namespace=namespace,
-        checkpoint_root=checkpoint_root,
-        master_port=master_port,
-        run=container_backend.run_id(),
-        workdir=REPO_ROOT,
-        extra_env=args.container_env,
-        runtime=runtime,
-    )
-    return [dataclasses.replace(c, env=engine_env) for c in commands], notices
-
-
-def write_container_names(commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
-    """`<pod>.container`: the name of the pod's container, so a test or a user can kill it."""
-    pid_dir.mkdir(parents=True, exist_ok=True)
-    for pod, name in container_backend.container_names(commands).items():
-        (pid_dir / f"{pod}.container").write_text(f"{name}\n")
+    return ProcessBackend(REPO_ROOT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     repo_root = REPO_ROOT
-    in_containers = args.backend == "container"
+    backend = make_backend(args)
     master_port = free_port()
     try:
-        settings = apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
-        if in_containers:
-            settings, device_notice = cpu_only(settings)
-        else:
-            settings, visible_devices, device_notice = choose_devices(settings)
+        settings, device_notice = backend.fit_to_machine(
+            apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
+        )
         checkpoint_root = (
             args.checkpoint_root or repo_root / ".checkpoints" / args.stack
         ).resolve()
         api = api_of_settings(settings)
-        job = api.job_manifest(settings, image=args.image if in_containers else LOCAL_IMAGE)
+        job = api.job_manifest(settings, image=backend.image)
         runtime = api.runtime_manifest(settings)
-        if in_containers and api.is_elastic(job):
-            raise LocalRunError(
-                "job.elastic: --backend container runs jobs of a fixed size only; run an "
-                "elastic stack with --backend process (its agents re-form the group on loopback)"
-            )
-        if in_containers:
-            commands, notices = container_commands(
-                job,
-                args,
-                namespace=settings.namespace,
-                checkpoint_root=checkpoint_root,
-                master_port=master_port,
-                runtime=runtime,
-            )
-        else:
-            commands, notices = replica_commands(
-                job,
-                namespace=settings.namespace,
-                checkpoint_root=checkpoint_root,
-                repo_root=repo_root,
-                master_port=master_port,
-                visible_devices=visible_devices,
-                runtime=runtime,
-            )
+        backend.check_job(job)
+        commands, notices = backend.replica_commands(
+            job,
+            namespace=settings.namespace,
+            checkpoint_root=checkpoint_root,
+            master_port=master_port,
+            runtime=runtime,
+        )
         preflight(job, settings, args, checkpoint_root=checkpoint_root, repo_root=repo_root)
-    except (
-        SettingsError,
-        LocalRunError,
-        JobApiError,
-        container_backend.ContainerBackendError,
-    ) as error:
+    except (SettingsError, LocalRunError, JobApiError, ContainerBackendError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     checkpoint_root.mkdir(parents=True, exist_ok=True)
@@ -588,35 +400,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for notice in [device_notice, *notices]:
         if notice:
             supervisor.say(notice)
+    backend.record(commands, pid_dir)
     master = rank0(job, runtime)
-    master_pod = master.name
-    if api.is_elastic(job):
-        policy = job["spec"]["elasticPolicy"]
-        rendezvous = (
-            f"{policy['rdzvBackend']} rendezvous {LOCAL_MASTER_ADDR}:{master_port} on "
-            f"{master_pod}'s agent (local stand-in for {master_pod}:"
-            f"{api.master_port(job)}), elastic between "
-            f"{policy['minReplicas']} and {policy['maxReplicas']} nodes"
-        )
-    elif in_containers:
-        write_container_names(commands, pid_dir)
-        address = api.master_address(job)
-        rendezvous = (
-            f"rendezvous {address}:{master_port} (the containers share the host's network; "
-            f"{address} is {container_backend.LOOPBACK}, the port a free one instead of "
-            f"{api.master_port(job)}), image {args.image}"
-        )
-    else:
-        rendezvous = (
-            f"rendezvous {LOCAL_MASTER_ADDR}:{master_port} (local stand-in for "
-            f"{api.master_address(job)}:{api.master_port(job)})"
-        )
     supervisor.say(
         f"stack {args.stack}: {job['kind']} {settings.job.name}, "
         f"{len(commands)} replica(s) ({', '.join(c.name for c in commands)}) as "
-        f"{'containers' if in_containers else 'local processes'}, "
-        f"nprocPerNode {master.env.get('PET_NPROC_PER_NODE')}, {rendezvous}, "
-        f"checkpoints in {checkpoint_dir}"
+        f"{backend.runs_as}, nprocPerNode {master.env.get('PET_NPROC_PER_NODE')}, "
+        f"{backend.rendezvous(job, master_port)}, checkpoints in {checkpoint_dir}"
     )
     outcome = supervisor.run()
     print_summary(outcome, settings, checkpoint_dir, host_environment())

@@ -82,7 +82,8 @@ class ReplicaCommand:
     cwd: Path
     restart_policy: str = "OnFailure"
     # Run (best effort) whenever the replica's main process has exited and when the job ends:
-    # removes what lives outside its process tree, such as its container (tools.container_backend).
+    # removes what lives outside its process tree, such as its container
+    # (tools/local_backends/container.py).
     teardown: Sequence[str] = ()
 
     def __post_init__(self) -> None:

@@ -53,7 +53,7 @@ from components.manifests import (
     resource_names,
     wait_annotations,
 )
-from components.settings import quantity_value
+from components.setting_values import quantity_value
 
 if TYPE_CHECKING:
     from components.settings import StackSettings

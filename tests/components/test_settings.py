@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from components.setting_values import quantity_value
 from components.settings import (
     DEFAULT_BASE_IMAGE,
     PASSWORD_KEY,
@@ -24,7 +25,6 @@ from components.settings import (
     load_settings,
     load_stack_file,
     parse_settings,
-    quantity_value,
     readme_with_settings_table,
     settings_table_markdown,
 )

@@ -4,7 +4,7 @@ control plane, and the project directory the CLI runs in.
 Two ways to run it:
 - here and in CI: `make e2e` builds the tools (scripts/e2e-tools.sh, cached outside the clone)
   and starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the training operator
-  and kwok on loopback (tools/control_plane.py);
+  and kwok on loopback (tests/support/control_plane.py);
 - against your own CLI and cluster: `PD_E2E_PULUMI=$(command -v pulumi)
   PD_E2E_KUBECONFIG=~/.kube/config PD_E2E_IMAGE_REF=<trainer image@sha256:...> make e2e` (e.g.
   kind from scripts/kind-up.sh, with the training operator); `PD_E2E_STORAGE=hostpath` adds the
@@ -37,7 +37,7 @@ from pulumi.automation import EngineEvent
 
 from components.settings import PROJECT, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
-from tools.control_plane import ControlPlane, build_tools, create_hostpath_storage
+from tests.support.control_plane import ControlPlane, build_tools, create_hostpath_storage
 
 PASSPHRASE = "e2e-passphrase-not-a-secret"
 # Unique enough that finding it anywhere in outputs or state means it leaked.

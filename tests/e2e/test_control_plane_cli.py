@@ -1,6 +1,6 @@
-"""`python -m tools.control_plane`, the control plane a developer starts by hand: a stop signal
-tears down every process it started, also as a shell's background job, which starts with SIGINT
-ignored. (As root each plane's operator has its own webhook certificate directory, so these
+"""`python -m tests.support.control_plane`, the control plane a developer starts by hand: a stop
+signal tears down every process it started, also as a shell's background job, which starts with
+SIGINT ignored. (As root each plane's operator has its own webhook certificate directory, so these
 planes may run beside the suite's; as another user they share the operator's fixed one, and this
 file runs first, before the suite starts its plane.)"""
 
@@ -35,7 +35,7 @@ def test_a_stop_signal_tears_the_background_control_plane_down(
         pytest.skip("an external cluster: the local control plane's binaries are not built")
     marker = uuid.uuid4().hex
     plane = subprocess.Popen(
-        [sys.executable, "-m", "tools.control_plane", "--workdir", str(tmp_path / "plane")],
+        [sys.executable, "-m", "tests.support.control_plane", "--workdir", str(tmp_path / "plane")],
         cwd=REPO_ROOT,
         env={**os.environ, TAG: marker},
         stdout=subprocess.PIPE,

@@ -1,5 +1,5 @@
 """Pods that really run: the stack's job on the control plane's real node (a kubelet with
-containerd and CoreDNS, tools/real_node.py) pulls the trainer image from an authenticated
+containerd and CoreDNS, tests/support/real_node.py) pulls the trainer image from an authenticated
 registry with the Secret the stack created, finds the master through the operator's Service,
 trains on the claim, survives a deleted worker pod and resumes after destroy and up; and
 `make checkpoint` (tools/retrieve.py) copies the verified checkpoints through a reader pod, after
@@ -31,7 +31,7 @@ from components.settings import PROJECT, StackSettings
 from tests.conftest import REPO_ROOT, committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
 from tests.e2e.conftest import PASSWORD_KEY, REGISTRY_PASSWORD, Cluster, Project, Stack
-from tools.real_node import RealNode
+from tests.support.real_node import RealNode
 from trainer.checkpoint import CheckpointStore
 
 # A cold node pulls the whole 5 GB image once.

@@ -1,5 +1,5 @@
 """A TrainJob stack's whole life through the real engine, against Kubeflow Trainer v2.3.0 and
-JobSet v0.12.0 running on the control plane with their webhooks (tools/trainer_plane.py):
+JobSet v0.12.0 running on the control plane with their webhooks (tests/support/trainer_plane.py):
 preview with the policy pack, a bad value, up (the TrainJob and its TrainingRuntime as the
 builders describe them, the JobSet's pods with the environment the local runner emulates,
 `job.waitFor: running` and `make status`), no drift, no plaintext secret, replacement on a change
@@ -23,7 +23,6 @@ from components.manifests import resource_names
 from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 from tests.e2e.test_stack_lifecycle import contains
-from tools import container_backend
 
 NAMESPACE = "default"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -186,9 +185,7 @@ def test_the_jobsets_pods_get_the_environment_the_local_runner_emulates(
     for pod in pods:
         role = roles[pod["spec"]["hostname"]]
         assert pod["spec"]["subdomain"] == settings.job.name
-        emulated, _ = container_backend.container_env(
-            role.container, pod=role.name, namespace=NAMESPACE
-        )
+        emulated, _ = pods.container_env(role.container, pod=role.name, namespace=NAMESPACE)
         assert resolved_env(pod) == {**emulated, **role.env}, role.name
         # The claim and the pull secret reach the pods through the runtime patch.
         claims = [

@@ -20,7 +20,7 @@ from tests.containers import (
     podman,
     remove_containers,
 )
-from tools.container_backend import LABEL_PREFIX
+from tools.local_backends.container import LABEL_PREFIX
 from tools.run_local import PID_DIR_NAME
 
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).

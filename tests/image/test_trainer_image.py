@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pick_free_port
 from tests.containers import podman, run_container
+from tools.ports import free_port
 
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
 pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]
@@ -19,7 +19,7 @@ ENTRYPOINT = "/opt/pytorch-distributed/trainer/entrypoint.sh"
 
 
 def train_in_container(image: str, checkpoint_dir: Path, epochs: int) -> str:
-    port = pick_free_port()
+    port = free_port()
     options = [
         *("--network", "host"),  # loopback only: no container bridge
         *("--volume", f"{checkpoint_dir}:/checkpoints"),

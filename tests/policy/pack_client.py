@@ -8,7 +8,6 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,8 +16,8 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pulumi_policy import EnforcementLevel
 
 from policy.rules.pack import build_policies
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 Stub = analyzer_pb2_grpc.AnalyzerStub
 
 

@@ -8,7 +8,6 @@ resources with values unknown during preview and with secret-wrapped values.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from google.protobuf import empty_pb2
 from pulumi.runtime.proto import analyzer_pb2, plugin_pb2
@@ -18,10 +17,10 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from policy.rules.model import PVC_TYPE, PYTORCHJOB_TYPE, SECRET_TYPE, UNKNOWN
 from policy.rules.pack import PACK_NAME, build_policies, plain
+from tests.conftest import REPO_ROOT
 from tests.policy import samples
 from tests.policy.pack_client import Stub, analyze, configure, struct
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MANDATORY_POLICIES = {
     "checkpoint-claim-protection",
     "image-pinned-by-digest",

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO_ROOT
+
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 SHELLCHECK = REPO_ROOT / ".venv" / "bin" / "shellcheck"
 PULUMI_ACTION = "pulumi/actions@v6"

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tools.procs import is_alive
 
 DATA = Path(__file__).resolve().parent / "data"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def recorded_pids(pid_dir: Path) -> list[int]:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO_ROOT
+
 SCRIPT = REPO_ROOT / "scripts" / "pulumi-stack.sh"
 DATA = Path(__file__).resolve().parent / "data"
 FAKE_PULUMI = f"""#!{sys.executable}

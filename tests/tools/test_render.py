@@ -16,9 +16,9 @@ import yaml
 
 from components.settings import RegistrySettings, load_stack_file
 from tests.components.k8s_rules import validate_manifest
+from tests.conftest import REPO_ROOT
 from tools.render import PLACEHOLDER_DIGEST, render
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FAKE_PASSWORD = "Fake-Registry-Pa55word-4-tests"
 
 

@@ -21,12 +21,12 @@ import torch
 
 from components.job_apis.pytorchjob import pytorchjob_manifest
 from components.settings import ElasticSettings, SettingsError, StackSettings, load_stack_file
-from tests.conftest import committed_epochs, wait_for_runner
+from tests.conftest import REPO_ROOT, committed_epochs, wait_for_runner
 from tools import procs
-from tools.run_local import LocalRunError, apply_overrides, choose_devices, replica_commands
+from tools.local_backends.process import choose_devices, replica_commands
+from tools.run_local import LocalRunError, apply_overrides
 from tools.run_local import main as run_local_main
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = "ddp-dev"  # job.name of the dev stack
 MASTER = f"{JOB}-master-0"
 WORKER = f"{JOB}-worker-0"

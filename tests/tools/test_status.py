@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 from components.job_state import job_state
+from tests.conftest import REPO_ROOT
 from tools.status import NOT_FOUND, RUNNING, main, outcome_code
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_missing_stack_file_is_one_line_and_exit_code_2(

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT, pick_free_port
+from tests.conftest import REPO_ROOT
 from tools import procs
+from tools.ports import free_port
 from trainer.checkpoint import CheckpointError, CheckpointStore, describe
 from trainer.checkpoint_schema import TrainingCheckpoint
 
@@ -54,7 +55,7 @@ def torchrun_command(
 ) -> list[str]:
     """`node`: (node rank, node count, master port) for one of several torchruns that form one
     job, as each pod of a PyTorchJob runs its own; else a single-node job on a free port."""
-    node_rank, nodes, port = node if node is not None else (0, 1, pick_free_port())
+    node_rank, nodes, port = node if node is not None else (0, 1, free_port())
     return [
         *launcher,
         "--nnodes",

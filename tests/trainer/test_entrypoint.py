@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, pick_free_port
+from tests.conftest import REPO_ROOT
 from tests.trainer.conftest import PYTHON, TIMEOUT_S, inspect, trainer_env
+from tools.ports import free_port
 
 ENTRYPOINT = REPO_ROOT / "trainer" / "entrypoint.sh"
 
@@ -44,7 +45,7 @@ def test_trains_with_the_kubeflow_pet_variables(tmp_path: Path) -> None:
         "PET_NODE_RANK": "0",
         "PET_NPROC_PER_NODE": "2",
         "PET_MASTER_ADDR": "127.0.0.1",
-        "PET_MASTER_PORT": str(pick_free_port()),
+        "PET_MASTER_PORT": str(free_port()),
     }
     args = ["--max-restarts", "1", "--", "3", "2", "--checkpoint-dir", str(tmp_path)]
     done = run_entrypoint([*args, "--dataset-size", "64"], env)
@@ -59,7 +60,7 @@ def test_falls_back_to_master_addr_and_port(tmp_path: Path) -> None:
     env = {
         "PET_NPROC_PER_NODE": "2",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(pick_free_port()),
+        "MASTER_PORT": str(free_port()),
     }
     args = ["2", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"]
     done = run_entrypoint(args, env)
@@ -73,7 +74,7 @@ def test_the_pod_exits_with_the_trainers_code_and_one_error_line(tmp_path: Path)
     """A refusal is permanent (2; torchrun itself would exit 1 for any failure): the restart
     policy must be able to tell it from a preemption (143)."""
     env = {"PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "127.0.0.1"}
-    env["PET_MASTER_PORT"] = str(pick_free_port())
+    env["PET_MASTER_PORT"] = str(free_port())
     done = run_entrypoint(["--", "10", "0", "--checkpoint-dir", str(tmp_path / "x")], env)
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
@@ -92,7 +93,7 @@ def test_rejects_a_bad_max_restarts_before_launching() -> None:
 @pytest.mark.slow
 def test_an_old_operators_world_size_and_rank_make_a_two_pod_job(tmp_path: Path) -> None:
     """training-operator <= v1.6 sets WORLD_SIZE = pods and RANK = pod index, no PET_*."""
-    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(pick_free_port()), "WORLD_SIZE": "2"}
+    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
     args = ["2", "1", "--checkpoint-dir", str(tmp_path), "--dataset-size", "64"]
     pods = [
         subprocess.Popen(
@@ -136,7 +137,7 @@ def test_an_elastic_pod_joins_the_c10d_rendezvous_the_operator_names(tmp_path: P
     env = {
         "PET_NNODES": "1:2",
         "PET_NPROC_PER_NODE": "2",
-        "PET_RDZV_ENDPOINT": f"127.0.0.1:{pick_free_port()}",
+        "PET_RDZV_ENDPOINT": f"127.0.0.1:{free_port()}",
         "PET_RDZV_BACKEND": "c10d",
         "PET_MAX_RESTARTS": "4",
         "PET_RDZV_CONF": "last_call_timeout=1",  # alone: close the rendezvous at once

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import pick_free_port
 from tests.trainer.conftest import (
     LAUNCH,
     SAVE_EVERY,
@@ -23,6 +22,7 @@ from tests.trainer.conftest import (
     run_trainer,
     wait_until,
 )
+from tools.ports import free_port
 from trainer.checkpoint import CheckpointError
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
 from trainer.cli import EXIT_PEER_LOST, UsageError, parse_config
@@ -296,7 +296,7 @@ def test_a_rank_that_loses_its_peer_exits_with_the_code_that_restarts_its_pod(
     deleted pod, a lost node) the other's collective fails; under restartPolicy ExitCode its exit
     code must be one that recreates the pod (128 and up), not 1, which fails the whole job."""
     directory = tmp_path / "ckpt"
-    port = pick_free_port()
+    port = free_port()
     nodes = [
         Background(
             reference_args(directory),

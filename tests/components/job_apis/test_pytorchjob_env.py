@@ -13,7 +13,6 @@ PET_STANDALONE."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,7 @@ from components.job_apis.pytorchjob import (
     replica_pods,
 )
 from components.settings import load_stack_file
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from tests.conftest import REPO_ROOT
 
 
 def job(

@@ -22,7 +22,8 @@ from components.job_apis import (
     trainjob,
 )
 from components.job_state import job_state, progress_line
-from tools import container_backend, run_local
+from tools import run_local
+from tools.local_backends import container, process
 
 
 class EchoJobApi(JobApi):
@@ -138,7 +139,7 @@ def test_the_watch_tells_a_new_apis_job_in_its_own_words() -> None:
 @pytest.mark.usefixtures("with_echo")
 def test_the_local_runner_runs_a_new_apis_pods_with_both_backends(tmp_path: Path) -> None:
     assert api_of_job(JOB) is ECHO
-    commands, _ = run_local.replica_commands(
+    commands, _ = process.replica_commands(
         JOB,
         namespace="default",
         checkpoint_root=tmp_path,
@@ -151,9 +152,9 @@ def test_the_local_runner_runs_a_new_apis_pods_with_both_backends(tmp_path: Path
     # The API's rendezvous keys are the ones moved to loopback and the free port.
     assert {(c.env["ECHO_ADDR"], c.env["ECHO_PORT"]) for c in commands} == {("127.0.0.1", "4321")}
     assert run_local.job_policy(JOB).success_replica == "hi-echo-0"
-    containers, _ = container_backend.replica_commands(
+    containers, _ = container.replica_commands(
         JOB,
-        engine=container_backend.Engine("podman"),
+        engine=container.Engine("podman"),
         image="img",
         namespace="default",
         checkpoint_root=tmp_path,

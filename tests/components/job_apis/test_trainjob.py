@@ -22,8 +22,8 @@ from components.job_apis.trainjob import (
 from components.job_state import job_state
 from components.manifests import ENTRYPOINT, stack_objects
 from components.settings import SettingsError, StackSettings, load_stack_file, parse_settings
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 API = job_api("trainjob")
 JOB = "ddp-trainjob"  # job.name of the trainjob stack
 
@@ -334,7 +334,7 @@ def test_what_a_trainjob_cannot_do_is_one_line_naming_the_key(
 
 
 def test_the_container_backend_resolves_rank_0s_name_to_loopback(tmp_path: Path) -> None:
-    from tools import container_backend
+    from tools.local_backends import container as container_backend
 
     stack = objects(dev())
     commands, notices = container_backend.replica_commands(

@@ -28,25 +28,40 @@ own process sweep reaches them as well.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.job_apis import PodRole, api_of_job
+from components.job_apis import api_of_job
+from components.settings import StackSettings
+from tools.local_backends import pods
+from tools.ports import LOOPBACK
 from tools.supervisor import REPLICA_TAG, ReplicaCommand
 
 ENGINES = ("podman", "docker")
-DEFAULT_IMAGE = "localhost/pytorch-distributed-trainer:local"
 DEFAULT_SHM_SIZE = "1g"
-LOOPBACK = "127.0.0.1"
 LABEL_PREFIX = "pytorch-distributed.run-local"
 # Values a pod gets from its own metadata (the downward API); nothing else is resolvable here.
-_FIELD_REFS = ("metadata.name", "metadata.namespace")
+DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "containers" / "defaults.env"
+
+
+def read_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
+    """The NAME=value lines of tools/containers/defaults.env, which the Makefile and the scripts
+    read as well: the image name, podman's runtime and configuration files live there once."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pairs = (line.partition("=") for line in lines if line.strip() and not line.startswith("#"))
+    return {name.strip(): value.strip() for name, _, value in pairs}
+
+
+DEFAULTS = read_defaults()
+DEFAULT_IMAGE = DEFAULTS["TRAINER_IMAGE"]
+DEFAULT_RUNTIME = DEFAULTS["DEFAULT_CONTAINER_RUNTIME"]
 
 
 class ContainerBackendError(ValueError):
@@ -103,73 +118,6 @@ def _shm_size(template: Mapping[str, Any]) -> str:
     return DEFAULT_SHM_SIZE
 
 
-def claim_mount_paths(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
-    """Where ``container`` mounts the pod's persistent volume claims: the paths both backends
-    back with the local checkpoint root."""
-    claims = {
-        volume["name"]
-        for volume in template["spec"].get("volumes", [])
-        if "persistentVolumeClaim" in volume
-    }
-    return [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in claims]
-
-
-def container_env(
-    container: Mapping[str, Any],
-    *,
-    pod: str,
-    namespace: str,
-    map_value: Callable[[str], str] = str,
-) -> tuple[dict[str, str], list[str]]:
-    """The container's own env as the kubelet resolves it (values, and the downward API's pod
-    name and namespace), each value passed through ``map_value``; notices for what is skipped.
-    One home for both backends: the process backend maps paths to the host's, containers don't."""
-    env: dict[str, str] = {}
-    notices: list[str] = []
-    fields = dict(zip(_FIELD_REFS, (pod, namespace), strict=True))
-    for entry in container.get("env", []):
-        name = entry["name"]
-        if "value" in entry:
-            env[name] = map_value(str(entry["value"]))
-            continue
-        field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-        if field_path in fields:
-            env[name] = fields[field_path]
-        else:
-            notices.append(f"env {name} comes from {entry.get('valueFrom')}: not set locally")
-    return env, notices
-
-
-def replica_env(
-    job: Mapping[str, Any],
-    role: PodRole,
-    *,
-    namespace: str,
-    master_port: int,
-    master_addr: str | None = None,
-    map_value: Callable[[str], str] = str,
-) -> tuple[dict[str, str], list[str]]:
-    """A pod's environment as both backends start it: the pod's hostname, the container's own
-    env, then the operator's (which wins), with the rendezvous (the master's, or an elastic
-    job's c10d endpoint) moved to ``master_port`` (and ``master_addr`` where the pod name does
-    not resolve to it)."""
-    api = api_of_job(job)
-    pod = role.name
-    own, notices = container_env(role.container, pod=pod, namespace=namespace, map_value=map_value)
-    injected = dict(role.env)
-    for key in api.master_port_keys:
-        if key in injected:
-            injected[key] = str(master_port)
-    if master_addr is not None:
-        for key in api.master_addr_keys:
-            if key in injected:
-                injected[key] = master_addr
-    if "PET_RDZV_ENDPOINT" in injected:
-        host = master_addr or injected["PET_RDZV_ENDPOINT"].rpartition(":")[0]
-        injected["PET_RDZV_ENDPOINT"] = f"{host}:{master_port}"
-    return {"HOSTNAME": pod, **own, **injected}, notices
-
-
 def replica_commands(
     job: Mapping[str, Any],
     *,
@@ -193,7 +141,7 @@ def replica_commands(
     master_address = api.master_address(job)
     for role in api.pods(job, runtime):
         pod, template, container = role.name, role.template, role.container
-        env, skipped = replica_env(job, role, namespace=namespace, master_port=master_port)
+        env, skipped = pods.replica_env(job, role, namespace=namespace, master_port=master_port)
         notices += skipped
         name = container_name(pod, run)
         argv = [
@@ -220,7 +168,7 @@ def replica_commands(
         ]
         for key, value in {**env, **(extra_env or {})}.items():
             argv += ["--env", f"{key}={value}"]
-        for mount_path in claim_mount_paths(template, container):
+        for mount_path in pods.claim_mount_paths(template, container):
             argv += ["--volume", f"{checkpoint_root}:{mount_path}"]
         if "workingDir" in container:
             argv += ["--workdir", container["workingDir"]]
@@ -267,9 +215,10 @@ def engine_environment(host_env: Mapping[str, str], repo_root: Path) -> dict[str
     """The engine's environment: the host's, with this project's podman configuration unless the
     caller chose another (CONTAINERS_CONF / CONTAINERS_REGISTRIES_CONF already set)."""
     env = dict(host_env)
-    conf_dir = repo_root / "tools" / "containers"
-    env.setdefault("CONTAINERS_CONF", str(conf_dir / "containers.conf"))
-    env.setdefault("CONTAINERS_REGISTRIES_CONF", str(conf_dir / "registries.conf"))
+    env.setdefault("CONTAINERS_CONF", str(repo_root / DEFAULTS["CONTAINERS_CONF_FILE"]))
+    env.setdefault(
+        "CONTAINERS_REGISTRIES_CONF", str(repo_root / DEFAULTS["CONTAINERS_REGISTRIES_CONF_FILE"])
+    )
     return env
 
 
@@ -280,3 +229,92 @@ def container_names(commands: Sequence[ReplicaCommand]) -> dict[str, str]:
         argv = list(command.argv)
         names[command.name] = argv[argv.index("--name") + 1]
     return names
+
+
+def cpu_only(settings: StackSettings) -> tuple[StackSettings, str | None]:
+    """The container backend runs every replica on the CPU (no GPU passthrough here)."""
+    job = settings.job
+    if job.gpus_per_node == 0:
+        return settings, None
+    notice = (
+        f"NOTICE: the stack asks for {job.gpus_per_node} GPU(s) per replica; the container "
+        "backend runs on the CPU (gloo backend, one process per replica)."
+    )
+    return dataclasses.replace(settings, job=dataclasses.replace(job, gpus_per_node=0)), notice
+
+
+class ContainerBackend:
+    """Each pod a container of the training image, on the host's network (see the module
+    docstring); every replica runs on the CPU."""
+
+    runs_as = "containers"
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        engine: str | None,
+        container_runtime: str | None,
+        extra_env: Mapping[str, str],
+        repo_root: Path,
+    ) -> None:
+        self.image = image
+        self._engine_name, self._runtime = engine, container_runtime
+        self._extra_env, self._repo_root = extra_env, repo_root
+
+    def fit_to_machine(self, settings: StackSettings) -> tuple[StackSettings, str | None]:
+        return cpu_only(settings)
+
+    def check_job(self, job: Mapping[str, Any]) -> None:
+        if api_of_job(job).is_elastic(job):
+            raise ContainerBackendError(
+                "job.elastic: --backend container runs jobs of a fixed size only; run an "
+                "elastic stack with --backend process (its agents re-form the group on loopback)"
+            )
+
+    def replica_commands(
+        self,
+        job: Mapping[str, Any],
+        *,
+        namespace: str,
+        checkpoint_root: Path,
+        master_port: int,
+        runtime: Mapping[str, Any] | None = None,
+    ) -> tuple[list[ReplicaCommand], list[str]]:
+        """The replicas as containers of the image, run by the engine with the host's
+        environment plus this project's podman configuration."""
+        engine = resolve_engine(self._engine_name, self._runtime)
+        engine_env = engine_environment(pods.host_environment(), self._repo_root)
+        if not image_exists(engine, self.image, engine_env):
+            raise ContainerBackendError(
+                f"--image = {self.image!r}: {engine.name} has no such image; build it with "
+                "`make image` (scripts/build-image.sh) or pass the reference of one you built"
+            )
+        commands, notices = replica_commands(
+            job,
+            engine=engine,
+            image=self.image,
+            namespace=namespace,
+            checkpoint_root=checkpoint_root,
+            master_port=master_port,
+            run=run_id(),
+            workdir=self._repo_root,
+            extra_env=self._extra_env,
+            runtime=runtime,
+        )
+        return [dataclasses.replace(c, env=engine_env) for c in commands], notices
+
+    def rendezvous(self, job: Mapping[str, Any], master_port: int) -> str:
+        api = api_of_job(job)
+        address = api.master_address(job)
+        return (
+            f"rendezvous {address}:{master_port} (the containers share the host's network; "
+            f"{address} is {LOOPBACK}, the port a free one instead of "
+            f"{api.master_port(job)}), image {self.image}"
+        )
+
+    def record(self, commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
+        """`<pod>.container`: the name of the pod's container, so a test or a user can kill it."""
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        for pod, name in container_names(commands).items():
+            (pid_dir / f"{pod}.container").write_text(f"{name}\n")

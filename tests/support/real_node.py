@@ -5,13 +5,13 @@ kwok's nodes make pods "Running" without a container; the pod-level scenarios (i
 the stack's Secret, the master found through its Service, checkpoints on the claim, restarts)
 need the real thing. `ControlPlane.real_node()` starts, and always tears down:
 
-- the registry: scripts/local-registry.sh with htpasswd authentication, on this machine's
+- the registry: tests/support/local-registry.sh with htpasswd authentication, on this machine's
   loopback;
-- the node's namespaces (tools/node_network.NodeNamespaces): a network namespace holding the
-  pods' bridge and every pod address, and a private mount namespace in which fresh tmpfs cover
-  the fixed paths kubelet, containerd and the CNI plugins write to (/run, /var/lib, /var/log),
-  and the kernel settings the kubelet insists on are files of its own: nothing of the node
-  lands on this machine, and all of it goes with the namespaces;
+- the node's namespaces (tests/support/node_network.py: NodeNamespaces): a network namespace
+  holding the pods' bridge and every pod address, and a private mount namespace in which fresh
+  tmpfs cover the fixed paths kubelet, containerd and the CNI plugins write to (/run, /var/lib,
+  /var/log), and the kernel settings the kubelet insists on are files of its own: nothing of the
+  node lands on this machine, and all of it goes with the namespaces;
 - a relay of the API server's and the registry's loopback ports into the node's namespace, so
   the kubelet, containerd and CoreDNS reach them at the same 127.0.0.1 addresses;
 - containerd (Debian's, with this module's config: state under the node's directory, the CRI
@@ -29,7 +29,7 @@ need the real thing. `ControlPlane.real_node()` starts, and always tears down:
 
 Network: this machine's namespace gains nothing but loopback listeners. The node's processes
 and pods live in the node's namespace, which has no route beyond its bridge; the API server
-reaches the kubelet only through its egress proxy (tools/node_network.py).
+reaches the kubelet only through its egress proxy (tests/support/node_network.py).
 """
 
 from __future__ import annotations
@@ -50,20 +50,20 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import yaml
 
-from tools.control_plane import (
-    REPO_ROOT,
+from tests.conftest import REPO_ROOT
+from tests.support.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
+from tests.support.processes import (
     ControlPlaneError,
-    _http_ok,
-    _Process,
-    free_port,
+    PlaneProcess,
+    http_ok,
     launch,
     terminate,
     wait_for,
 )
-from tools.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
+from tools.ports import free_port
 
 if TYPE_CHECKING:
-    from tools.control_plane import ControlPlane
+    from tests.support.control_plane import ControlPlane
 
 NODE_NAME = "real-node"
 NAMESPACE = "real-node"
@@ -74,7 +74,7 @@ PERSISTENT_VOLUMES = 4
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 DNS_READY_PORT = 8181
-REGISTRY_SCRIPT = REPO_ROOT / "scripts" / "local-registry.sh"
+REGISTRY_SCRIPT = Path(__file__).resolve().parent / "local-registry.sh"
 CRI_NAMESPACE = "k8s.io"
 # Paths kubelet, containerd, its shims and the CNI plugins write to whatever their config says
 # (shim sockets and runc state in /run/containerd, /var/lib/cni, /var/log/containers): a fresh
@@ -126,7 +126,7 @@ class RealNode:
         self.cgroup = f"pytorch-distributed-e2e-{secrets.token_hex(4)}"
         self.socket = directory / "containerd.sock"
         self._tag = secrets.token_hex(8)
-        self._processes: list[_Process] = []
+        self._processes: list[PlaneProcess] = []
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ class RealNode:
 
     # -- components -----------------------------------------------------------------------------
 
-    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> _Process:
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> PlaneProcess:
         process = launch(name, argv, workdir=self.directory, env=env)
         self._processes.append(process)
         return process
@@ -253,7 +253,7 @@ class RealNode:
         process = self._start(
             "node-relay",
             [
-                *(sys.executable, "-m", "tools.node_network", "relay"),
+                *(sys.executable, "-m", "tests.support.node_network", "relay"),
                 f"--netns={self.namespaces.net}",
                 *(f"--port={port}" for port in ports),
             ],
@@ -539,7 +539,7 @@ disabled_plugins = [
 
         def ready() -> bool:
             with entered_netns(self.namespaces.net):
-                return _http_ok(f"http://{NODE_IP}:{DNS_READY_PORT}/ready")
+                return http_ok(f"http://{NODE_IP}:{DNS_READY_PORT}/ready")
 
         wait_for(process, "/ready", ready)
 

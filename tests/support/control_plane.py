@@ -1,16 +1,17 @@
 """A real Kubernetes control plane on loopback, for the real-engine e2e suite.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator,
-Kubeflow Trainer v2 and JobSet (tools/trainer_plane.py) and kwok (fake nodes: pods get scheduled
-and reach Running without a kubelet or containers) run as plain processes from the binaries
-`scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
+Kubeflow Trainer v2 and JobSet (tests/support/trainer_plane.py) and kwok (fake nodes: pods get
+scheduled and reach Running without a kubelet or containers) run as plain processes from the
+binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
 genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real admission (Trainer's and
 JobSet's webhooks included), server-side apply, garbage collection, PV binding, the Job
 controller and the operators' reconciliation. The API server reaches nodes and pods only through
-an egress proxy (tools/node_network.py), and `ControlPlane.real_node()` adds a node whose pods
-really run (tools/real_node.py).
+an egress proxy (tests/support/node_network.py), and `ControlPlane.real_node()` adds a node whose
+pods really run (tests/support/real_node.py).
 
-    python -m tools.control_plane --workdir /tmp/cp   # start, print the kubeconfig, wait for ^C
+    # start, print the kubeconfig, wait for ^C
+    python -m tests.support.control_plane --workdir /tmp/cp
 
 The e2e suite uses `ControlPlane` as a context manager (tests/e2e/conftest.py).
 """
@@ -23,24 +24,33 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tools.node_network import NODE_NETWORK, NodeNamespaces
-from tools.trainer_plane import start_trainer
+from tests.conftest import REPO_ROOT
+from tests.support.node_network import NODE_NETWORK, NodeNamespaces
+from tests.support.processes import (
+    STARTUP_TIMEOUT,
+    ControlPlaneError,
+    PlaneProcess,
+    http_ok,
+    launch,
+    terminate,
+    wait_for,
+)
+from tests.support.trainer_plane import start_trainer
+from tools.ports import free_port
 
 if TYPE_CHECKING:
-    from tools.real_node import RealNode
+    from tests.support.real_node import RealNode
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
 STORAGE_CLASS = "e2e-local"
@@ -53,15 +63,15 @@ WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-# The project's own kwok stages, played beside kwok's "fast" ones (tools/kwok/pod-exit.yaml: a
-# test ends a pod with the exit code it chooses).
-PROJECT_STAGES = REPO_ROOT / "tools" / "kwok"
+# The project's own kwok stages, played beside kwok's "fast" ones
+# (tests/support/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).
+PROJECT_STAGES = Path(__file__).resolve().parent / "kwok"
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
 PERSISTENT_VOLUMES = 6
-STARTUP_TIMEOUT = 120.0
-# Where a real node (tools/real_node.py) keeps its state, logs and namespaces, under the workdir.
+# Where a real node (tests/support/real_node.py) keeps its state, logs and namespaces, under the
+# workdir.
 REAL_NODE_DIR = "real-node"
 
 
@@ -80,81 +90,6 @@ def build_tools(*, quiet: bool = False) -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ControlPlaneError(RuntimeError):
-    """A component did not start; the message names it and ends with its log's last lines."""
-
-
-@dataclass
-class _Process:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-
-    def tail(self, lines: int = 30) -> str:
-        self.log.flush()
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-
-def launch(
-    name: str, argv: list[str], *, workdir: Path, env: dict[str, str] | None = None
-) -> _Process:
-    """Start `argv` in a session of its own, its output in WORKDIR/NAME.log."""
-    log_path = workdir / f"{name}.log"
-    log = log_path.open("ab")
-    popen = subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        cwd=workdir,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
-    return _Process(name, popen, log_path, log)
-
-
-def terminate(processes: list[_Process], grace: float = 15) -> None:
-    """SIGTERM each process's session (newest first), SIGKILL what outlives `grace` seconds."""
-    for process in reversed(processes):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.popen.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for process in reversed(processes):
-        try:
-            process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.popen.pid, signal.SIGKILL)
-            process.popen.wait()
-        process.log.close()
-
-
-def wait_for(process: _Process, what: str, ready: Callable[[], bool]) -> None:
-    """Poll `ready` until true; fail naming `process` if it exits or STARTUP_TIMEOUT passes."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.popen.poll() is not None:
-            raise ControlPlaneError(
-                f"{process.name} exited ({process.popen.returncode}) before {what}:\n"
-                + process.tail()
-            )
-        with contextlib.suppress(Exception):
-            if ready():
-                return
-        time.sleep(0.3)
-    raise ControlPlaneError(
-        f"{process.name}: no {what} after {STARTUP_TIMEOUT:.0f}s:\n" + process.tail()
-    )
-
-
 @dataclass
 class ControlPlane:
     """Start with `with ControlPlane(bin_dir, workdir) as cp:`; `cp.kubeconfig` is ready then."""
@@ -164,7 +99,7 @@ class ControlPlane:
     kubeconfig: Path = field(init=False)
     volumes_dir: Path = field(init=False)
     server: str = field(init=False)
-    _processes: list[_Process] = field(default_factory=list, init=False)
+    _processes: list[PlaneProcess] = field(default_factory=list, init=False)
     _service_account_key: Path = field(init=False)
     # What stop_apiserver stopped: the command line start_apiserver runs again.
     _stopped_apiserver: list[str] = field(default_factory=list, init=False)
@@ -238,9 +173,7 @@ class ControlPlane:
         self._stopped_apiserver = []
         token = (self.workdir / "pki" / "tokens.csv").read_text().split(",", 1)[0]
         ca = self.workdir / "pki" / "apiserver.crt"
-        self._wait(
-            process, "/readyz", lambda: _http_ok(f"{self.server}/readyz", ca=ca, token=token)
-        )
+        self._wait(process, "/readyz", lambda: http_ok(f"{self.server}/readyz", ca=ca, token=token))
 
     def stop_operator(self) -> None:
         """Stop the training operator: PyTorchJobs are stored, nothing creates their pods."""
@@ -277,14 +210,14 @@ class ControlPlane:
         env: dict[str, str] | None = None,
         wrapper: list[str] | None = None,
         command: list[str] | None = None,
-    ) -> _Process:
+    ) -> PlaneProcess:
         """Start NAME from the bin directory (or `command`, e.g. a Python module) with `args`."""
         argv = [*(wrapper or []), *(command or [str(self.bin_dir / name)]), *args]
         process = launch(name, argv, workdir=self.workdir, env=env)
         self._processes.append(process)
         return process
 
-    def _wait(self, process: _Process, what: str, ready: Callable[[], bool]) -> None:
+    def _wait(self, process: PlaneProcess, what: str, ready: Callable[[], bool]) -> None:
         wait_for(process, what, ready)
 
     def _start_etcd(self) -> str:
@@ -304,7 +237,7 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        self._wait(process, "health", lambda: _http_ok(f"{url}/health"))
+        self._wait(process, "health", lambda: http_ok(f"{url}/health"))
         return url
 
     def _start_apiserver(self, etcd_url: str, token: str) -> None:
@@ -356,7 +289,7 @@ class ControlPlane:
         self._wait(
             process,
             "/readyz",
-            lambda: ca.exists() and _http_ok(f"{self.server}/readyz", ca=ca, token=token),
+            lambda: ca.exists() and http_ok(f"{self.server}/readyz", ca=ca, token=token),
         )
 
     @property
@@ -365,7 +298,7 @@ class ControlPlane:
 
     @property
     def egress_socket(self) -> Path:
-        """The API server's way to nodes and pods (tools/node_network.py's egress proxy)."""
+        """The API server's way to nodes and pods (tests/support/node_network.py's egress proxy)."""
         return self.workdir / "egress.sock"
 
     def _start_egress_proxy(self) -> None:
@@ -377,7 +310,7 @@ class ControlPlane:
                 f"--netns={NodeNamespaces(self.real_node_dir / 'ns').net}",
                 f"--node-network={NODE_NETWORK}",
             ],
-            command=[sys.executable, "-m", "tools.node_network", "egress-proxy"],
+            command=[sys.executable, "-m", "tests.support.node_network", "egress-proxy"],
             env={"PYTHONPATH": str(REPO_ROOT)},
         )
         self._wait(process, "its socket", sock.exists)
@@ -402,9 +335,10 @@ class ControlPlane:
 
     @contextlib.contextmanager
     def real_node(self, *, registry_user: str, registry_password: str) -> Iterator[RealNode]:
-        """A node with a kubelet, containerd and cluster DNS beside kwok's (tools/real_node.py),
-        and the authenticated registry it pulls from; stopped on exit (or with the plane)."""
-        from tools.real_node import RealNode
+        """A node with a kubelet, containerd and cluster DNS beside kwok's
+        (tests/support/real_node.py), and the authenticated registry it pulls from; stopped on exit
+        (or with the plane)."""
+        from tests.support.real_node import RealNode
 
         if self._real_node is not None:
             raise ControlPlaneError("this control plane already has a real node")
@@ -492,7 +426,7 @@ class ControlPlane:
             wrapper=wrapper,
         )
         self._wait(process, "its webhook certificate", self._mount_webhook_certificate)
-        self._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
+        self._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"))
 
     def _init_container_image_args(self) -> list[str]:
         """The operator's init container (in every worker pod: it waits until the master's name
@@ -538,7 +472,7 @@ class ControlPlane:
                 "--cidr=127.1.0.1/16",
             ],
         )
-        self._wait(process, "/healthz", lambda: _http_ok(f"http://127.0.0.1:{server}/healthz"))
+        self._wait(process, "/healthz", lambda: http_ok(f"http://127.0.0.1:{server}/healthz"))
 
     # -- objects --------------------------------------------------------------------------------
 
@@ -667,18 +601,6 @@ def create_hostpath_storage(api: Any, directory: Path, *, on_this_machine: bool 
         )
 
 
-def _http_ok(url: str, *, ca: Path | None = None, token: str | None = None) -> bool:
-    import ssl
-    import urllib.request
-
-    context = ssl.create_default_context(cafile=str(ca)) if ca else None
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=2, context=context) as response:
-        return response.status == 200
-
-
 @contextlib.contextmanager
 def running(workdir: Path, bin_dir: Path | None = None) -> Iterator[ControlPlane]:
     with ControlPlane(bin_dir or build_tools(), workdir) as plane:
@@ -701,7 +623,9 @@ def _registry_password(workdir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.control_plane", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.control_plane", description=__doc__
+    )
     parser.add_argument("--workdir", type=Path, required=True, help="state, logs, kubeconfig")
     parser.add_argument(
         "--real-node",

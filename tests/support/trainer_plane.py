@@ -1,5 +1,5 @@
-"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tools/control_plane.py), with their
-admission webhooks served for real.
+"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tests/support/control_plane.py), with
+their admission webhooks served for real.
 
 What their manifests install in a cluster, done on loopback: the CRDs (TrainJob, TrainingRuntime,
 ClusterTrainingRuntime; JobSet), the `torch-distributed` ClusterTrainingRuntime, the two
@@ -29,8 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tests.support.processes import http_ok
+from tools.ports import free_port
+
 if TYPE_CHECKING:
-    from tools.control_plane import ControlPlane
+    from tests.support.control_plane import ControlPlane
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
@@ -134,8 +137,6 @@ def start_trainer(plane: ControlPlane) -> None:
     wait; then the torch-distributed ClusterTrainingRuntime, through Trainer's webhook."""
     from kubernetes import utils
 
-    from tools.control_plane import _http_ok, free_port
-
     share = plane.bin_dir.parent
     api = plane.api()
     for crd in sorted((share / "jobset-crds").glob("*.yaml")):
@@ -172,7 +173,7 @@ def start_trainer(plane: ControlPlane) -> None:
             f"--health-probe-bind-address=127.0.0.1:{jobset_probe}",
         ],
     )
-    plane._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{jobset_probe}/readyz"))
+    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{jobset_probe}/readyz"))
     webhooks = share / "jobset-webhooks"
     _apply_webhooks(
         plane,
@@ -209,7 +210,7 @@ def start_trainer(plane: ControlPlane) -> None:
         [f"--kubeconfig={plane.kubeconfig}", f"--config={trainer_config}"],
         env={"TMPDIR": str(tmpdir)},
     )
-    plane._wait(process, "/readyz", lambda: _http_ok(f"http://127.0.0.1:{trainer_probe}/readyz"))
+    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{trainer_probe}/readyz"))
     _apply_webhooks(
         plane,
         webhook_configurations(

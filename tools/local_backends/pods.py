@@ -1,0 +1,105 @@
+"""A pod of the job's manifest, read the way a kubelet would start it: what both local backends
+share, so a process and a container of the same pod get the same environment and the same claim
+mounts (the container backend's own paths, the process backend's mapped to this checkout)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from components.job_apis import PodRole, api_of_job
+
+_FIELD_REFS = ("metadata.name", "metadata.namespace")
+# The host's own launcher variables would leak into the replicas and confuse torchrun.
+_HOST_DISTRIBUTED_VARS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+)
+_HOST_DISTRIBUTED_PREFIXES = ("PET_", "TORCHELASTIC_")
+
+
+def host_environment() -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _HOST_DISTRIBUTED_VARS and not key.startswith(_HOST_DISTRIBUTED_PREFIXES)
+    }
+    # entrypoint.sh runs `torchrun`: the one next to this interpreter (the project's venv).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def claim_mount_paths(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """Where ``container`` mounts the pod's persistent volume claims: the paths both backends
+    back with the local checkpoint root."""
+    claims = {
+        volume["name"]
+        for volume in template["spec"].get("volumes", [])
+        if "persistentVolumeClaim" in volume
+    }
+    return [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in claims]
+
+
+def container_env(
+    container: Mapping[str, Any],
+    *,
+    pod: str,
+    namespace: str,
+    map_value: Callable[[str], str] = str,
+) -> tuple[dict[str, str], list[str]]:
+    """The container's own env as the kubelet resolves it (values, and the downward API's pod
+    name and namespace), each value passed through ``map_value``; notices for what is skipped.
+    One home for both backends: the process backend maps paths to the host's, containers don't."""
+    env: dict[str, str] = {}
+    notices: list[str] = []
+    fields = dict(zip(_FIELD_REFS, (pod, namespace), strict=True))
+    for entry in container.get("env", []):
+        name = entry["name"]
+        if "value" in entry:
+            env[name] = map_value(str(entry["value"]))
+            continue
+        field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if field_path in fields:
+            env[name] = fields[field_path]
+        else:
+            notices.append(f"env {name} comes from {entry.get('valueFrom')}: not set locally")
+    return env, notices
+
+
+def replica_env(
+    job: Mapping[str, Any],
+    role: PodRole,
+    *,
+    namespace: str,
+    master_port: int,
+    master_addr: str | None = None,
+    map_value: Callable[[str], str] = str,
+) -> tuple[dict[str, str], list[str]]:
+    """A pod's environment as both backends start it: the pod's hostname, the container's own
+    env, then the operator's (which wins), with the rendezvous (the master's, or an elastic
+    job's c10d endpoint) moved to ``master_port`` (and ``master_addr`` where the pod name does
+    not resolve to it)."""
+    api = api_of_job(job)
+    pod = role.name
+    own, notices = container_env(role.container, pod=pod, namespace=namespace, map_value=map_value)
+    injected = dict(role.env)
+    for key in api.master_port_keys:
+        if key in injected:
+            injected[key] = str(master_port)
+    if master_addr is not None:
+        for key in api.master_addr_keys:
+            if key in injected:
+                injected[key] = master_addr
+    if "PET_RDZV_ENDPOINT" in injected:
+        host = master_addr or injected["PET_RDZV_ENDPOINT"].rpartition(":")[0]
+        injected["PET_RDZV_ENDPOINT"] = f"{host}:{master_port}"
+    return {"HOSTNAME": pod, **own, **injected}, notices

@@ -1,0 +1,174 @@
+"""The process backend: each pod of the job a local process tree (entrypoint.sh, then torchrun),
+the image's paths mapped to this checkout and the claim to the local checkpoint root, the
+rendezvous on loopback (see tools/run_local.py's docstring for every deviation from a cluster)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from components.job_apis import api_of_job
+from components.manifests import APP_DIR
+from components.settings import StackSettings
+from tools.local_backends import pods
+from tools.local_backends.pods import host_environment
+from tools.ports import LOOPBACK
+from tools.supervisor import ReplicaCommand
+
+LOCAL_MASTER_ADDR = LOOPBACK
+
+
+def choose_devices(settings: StackSettings) -> tuple[StackSettings, list[str], str | None]:
+    """GPUs only when there are enough for every replica: (settings, per-replica
+    CUDA_VISIBLE_DEVICES, notice)."""
+    job = settings.job
+    if job.gpus_per_node == 0:
+        return settings, [""] * job.nodes, None
+    import torch  # only paid for when the stack asks for GPUs
+
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    needed = job.gpus_per_node * job.nodes
+    if available >= needed:
+        per = job.gpus_per_node
+        slices = [",".join(str(d) for d in range(r * per, (r + 1) * per)) for r in range(job.nodes)]
+        return settings, slices, None
+    notice = (
+        f"NOTICE: the stack asks for {job.gpus_per_node} GPU(s) on each of {job.nodes} replicas "
+        f"({needed} in all) but this machine has {available}; running on the CPU instead "
+        "(gloo backend, one process per replica)."
+    )
+    cpu_job = dataclasses.replace(job, gpus_per_node=0)
+    return dataclasses.replace(settings, job=cpu_job), [""] * job.nodes, notice
+
+
+class PathMapper:
+    """Container paths to local ones: the image's APP_DIR is this checkout, each claim mount
+    is the local checkpoint root."""
+
+    def __init__(self, mounts: Mapping[str, Path]) -> None:
+        # Longest prefix first, so nested mounts resolve to the most specific one.
+        self._mounts = sorted(mounts.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def __call__(self, value: str) -> str:
+        for prefix, local in self._mounts:
+            if value == prefix or value.startswith(prefix + "/"):
+                return str(local) + value[len(prefix) :]
+        return value
+
+
+def path_mapper(
+    template: Mapping[str, Any],
+    container: Mapping[str, Any],
+    checkpoint_root: Path,
+    repo_root: Path,
+) -> PathMapper:
+    mounts: dict[str, Path] = {APP_DIR: repo_root}
+    for mount_path in pods.claim_mount_paths(template, container):
+        mounts[mount_path] = checkpoint_root
+    return PathMapper(mounts)
+
+
+def elastic_local_env(env: Mapping[str, str], hosts: bool) -> dict[str, str]:
+    """An elastic pod's rendezvous on loopback: the store on worker-0's agent (`hosts`), the
+    peers' address 127.0.0.1 (see the module docstring)."""
+    conf = ",".join(filter(None, [env.get("PET_RDZV_CONF"), f"is_host={int(hosts)}"]))
+    return {**env, "PET_RDZV_CONF": conf, "PET_LOCAL_ADDR": LOCAL_MASTER_ADDR}
+
+
+def replica_commands(
+    job: Mapping[str, Any],
+    *,
+    namespace: str,
+    checkpoint_root: Path,
+    repo_root: Path,
+    master_port: int,
+    visible_devices: Sequence[str],
+    runtime: Mapping[str, Any] | None = None,
+) -> tuple[list[ReplicaCommand], list[str]]:
+    """One local process tree per pod of the job (`runtime`: the TrainingRuntime a TrainJob
+    runs on, where the stack declares it)."""
+    api = api_of_job(job)
+    elastic = api.is_elastic(job)
+    commands: list[ReplicaCommand] = []
+    notices: list[str] = []
+    base = host_environment()
+    for slot, role in enumerate(api.pods(job, runtime)):
+        pod, template, container = role.name, role.template, role.container
+        mapper = path_mapper(template, container, checkpoint_root, repo_root)
+        pod_env, skipped = pods.replica_env(
+            job,
+            role,
+            namespace=namespace,
+            master_port=master_port,
+            master_addr=LOCAL_MASTER_ADDR,
+            map_value=mapper,
+        )
+        notices += skipped
+        if elastic:
+            pod_env = elastic_local_env(pod_env, hosts=slot == 0)
+        env = {**base, "CUDA_VISIBLE_DEVICES": visible_devices[slot], **pod_env}
+        argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
+        cwd = Path(mapper(container.get("workingDir", APP_DIR)))
+        commands.append(
+            ReplicaCommand(
+                name=pod, argv=argv, env=env, cwd=cwd, restart_policy=role.restart_policy
+            )
+        )
+    return commands, notices
+
+
+class ProcessBackend:
+    """Each pod a local process tree of this checkout (see the module docstring)."""
+
+    runs_as = "local processes"
+    image = "local"  # what the job manifest names; nothing pulls it
+
+    def __init__(self, repo_root: Path) -> None:
+        self._repo_root = repo_root
+        self._visible_devices: list[str] = []
+
+    def fit_to_machine(self, settings: StackSettings) -> tuple[StackSettings, str | None]:
+        settings, self._visible_devices, notice = choose_devices(settings)
+        return settings, notice
+
+    def check_job(self, job: Mapping[str, Any]) -> None:
+        """Every job the builders make runs as processes, elastic ones included."""
+
+    def replica_commands(
+        self,
+        job: Mapping[str, Any],
+        *,
+        namespace: str,
+        checkpoint_root: Path,
+        master_port: int,
+        runtime: Mapping[str, Any] | None = None,
+    ) -> tuple[list[ReplicaCommand], list[str]]:
+        return replica_commands(
+            job,
+            namespace=namespace,
+            checkpoint_root=checkpoint_root,
+            repo_root=self._repo_root,
+            master_port=master_port,
+            visible_devices=self._visible_devices,
+            runtime=runtime,
+        )
+
+    def rendezvous(self, job: Mapping[str, Any], master_port: int) -> str:
+        api = api_of_job(job)
+        if api.is_elastic(job):
+            policy = job["spec"]["elasticPolicy"]
+            master = api.pods(job)[0].name
+            return (
+                f"{policy['rdzvBackend']} rendezvous {LOCAL_MASTER_ADDR}:{master_port} on "
+                f"{master}'s agent (local stand-in for {master}:{api.master_port(job)}), elastic "
+                f"between {policy['minReplicas']} and {policy['maxReplicas']} nodes"
+            )
+        return (
+            f"rendezvous {LOCAL_MASTER_ADDR}:{master_port} (local stand-in for "
+            f"{api.master_address(job)}:{api.master_port(job)})"
+        )
+
+    def record(self, commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
+        """Nothing beyond the supervisor's own `<pod>.pid` files."""
