@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from components.job_state import GROUP, PLURAL, VERSION
+from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.settings import StackSettings
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import Cluster, Project, Result, Stack
@@ -76,7 +76,7 @@ class Kube:
 
         try:
             return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, PLURAL, self.job_name
+                PYTORCHJOB.group, PYTORCHJOB.version, NAMESPACE, PYTORCHJOB.plural, self.job_name
             )
         except ApiException as error:
             if error.status == 404:
