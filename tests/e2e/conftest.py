@@ -104,6 +104,13 @@ def cluster(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> I
         yield Cluster(plane.kubeconfig, plane)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fault modules last: they kill and restart the session plane's API server and
+    operator, after which controllers' caches (Trainer's admission webhook reads TrainingRuntimes
+    from its cache) may lag; every other module runs on the plane as it was started."""
+    items.sort(key=lambda item: Path(str(item.fspath)).name.startswith("test_faults"))
+
+
 @dataclass(frozen=True)
 class Result:
     """One CLI command: its exit code, everything it printed, and its engine events."""
