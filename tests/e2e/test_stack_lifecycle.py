@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from components.job_apis import job_api
 from components.job_apis.pytorchjob import (
     injected_env,
     pytorchjob_manifest,
@@ -28,8 +29,8 @@ from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 
 NAMESPACE = "default"
-JOB_GROUP, JOB_VERSION, JOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
+PYTORCHJOB = job_api("pytorchjob")
+JOB_TYPE = PYTORCHJOB.resource_type
 # A file a previous run left on the claim: it must survive destroy and be there for the next up.
 MARKER = "snapshot-from-an-earlier-run.txt"
 
@@ -57,7 +58,7 @@ def kube(cluster: Cluster) -> Any:
         def job(self, name: str) -> dict[str, Any] | None:
             try:
                 return self.custom.get_namespaced_custom_object(
-                    JOB_GROUP, JOB_VERSION, NAMESPACE, JOB_PLURAL, name
+                    PYTORCHJOB.group, PYTORCHJOB.version, NAMESPACE, PYTORCHJOB.plural, name
                 )
             except client.ApiException as error:
                 if error.status == 404:

@@ -25,10 +25,9 @@ from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 from tests.e2e.test_stack_lifecycle import contains
 
 NAMESPACE = "default"
-GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
-TRAINJOB_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob"
-RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:TrainingRuntime"
 API = job_api("trainjob")
+TRAINJOB_TYPE = API.resource_type
+RUNTIME_TYPE = f"kubernetes:{API.api_version}:TrainingRuntime"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MARKER = "snapshot-from-an-earlier-run.txt"
 
@@ -56,7 +55,7 @@ def kube(cluster: Cluster) -> Any:
         def trainer(self, plural: str, name: str) -> dict[str, Any] | None:
             try:
                 return self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, NAMESPACE, plural, name
+                    API.group, API.version, NAMESPACE, plural, name
                 )
             except client.ApiException as error:
                 if error.status == 404:
@@ -75,7 +74,7 @@ def kube(cluster: Cluster) -> Any:
 
         def runtimes(self) -> list[str]:
             listed = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, "trainingruntimes"
+                API.group, API.version, NAMESPACE, "trainingruntimes"
             )
             return sorted(item["metadata"]["name"] for item in listed["items"])
 
