@@ -87,17 +87,14 @@ class _Urn:
 
 
 class JobOutcome:
-    """The job's after-create and after-update hooks: `binding()` goes into its options."""
+    """The job's after-create and after-update hook (`hook`)."""
 
     def __init__(self, name: str, target: WaitTarget) -> None:
         if target.wait_for not in WAITING_MODES:
             raise ValueError(f"job.waitFor {target.wait_for!r} waits for nothing")
         self.target = target
         self.failure: str | None = None
-        self._hook = pulumi.ResourceHook(f"{name}-outcome", self._after)
-
-    def binding(self) -> pulumi.ResourceHookBinding:
-        return pulumi.ResourceHookBinding(after_create=[self._hook], after_update=[self._hook])
+        self.hook = pulumi.ResourceHook(f"{name}-outcome", self._after)
 
     def checked(self, value: T) -> T:
         """`value`, or the program's failure when the hook found the job failed. Apply it to an

@@ -285,6 +285,12 @@ def pod_template(
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
+# How pulumi-kubernetes deletes the object: `foreground` (its default: the delete returns once
+# the object's dependents are gone), `background` (at once; the garbage collector removes them
+# after) or `orphan`.
+DELETION_PROPAGATION_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
+
+
 def wait_annotations(settings: StackSettings) -> dict[str, str]:
     """What the Kubernetes provider itself waits for once it has applied the job.
 

@@ -18,7 +18,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.job_apis import api_of_kind
 from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
+from components.previous_run import PreviousRun, PreviousRunHook
 from components.settings import JobSettings
 
 
@@ -35,6 +37,15 @@ def watched_job(
     by the hooks `job.waitFor` asks for; and its name, known once the hooks let it be (a failed
     job fails the program there). Shared by every job API's component."""
     metadata = manifest["metadata"]
+    before_create: list[pulumi.ResourceHook] = []
+    if api_of_kind(manifest["kind"]).run_object is not None:
+        previous = PreviousRun(
+            namespace=metadata["namespace"],
+            name=metadata["name"],
+            kind=manifest["kind"],
+            kube_context=kube_context,
+        )
+        before_create.append(PreviousRunHook(name, previous).hook)
     outcome = None
     if job.wait_for in WAITING_MODES:
         target = WaitTarget(
@@ -46,6 +57,10 @@ def watched_job(
             kind=manifest["kind"],
         )
         outcome = JobOutcome(name, target)
+    after = [] if outcome is None else [outcome.hook]
+    hooks = pulumi.ResourceHookBinding(
+        before_create=before_create, after_create=after, after_update=after
+    )
     resource = k8s.apiextensions.CustomResource(
         f"{name}-job",
         api_version=manifest["apiVersion"],
@@ -57,7 +72,7 @@ def watched_job(
             depends_on=list(depends_on),
             replace_on_changes=["spec"],
             delete_before_replace=True,
-            hooks=None if outcome is None else outcome.binding(),
+            hooks=hooks,
         ),
     )
     job_name = pulumi.Output.from_input(metadata["name"])

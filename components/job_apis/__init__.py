@@ -76,6 +76,11 @@ class JobApi(ABC):
     # Keys of the injected env that carry rank 0's address and its rendezvous port.
     master_addr_keys: tuple[str, ...]
     master_port_keys: tuple[str, ...]
+    # The object (group, version, plural) the operator makes for a job under the job's own name,
+    # where the operator makes it again for as long as the job exists, even while the job is being
+    # deleted: such a job is deleted in the background and its next incarnation waits for the
+    # previous one's run to be gone (components/previous_run.py). None: the operator stops.
+    run_object: tuple[str, str, str] | None = None
 
     @property
     def api_version(self) -> str:

@@ -24,6 +24,10 @@ this module relies on:
   `<job>-node-0-<index>-<random>`, with the hostname `<job>-node-0-<index>` in the subdomain
   `<job>` (a headless Service), and labels them `jobset.sigs.k8s.io/jobset-name`,
   `jobset.sigs.k8s.io/replicatedjob-name` and `batch.kubernetes.io/job-completion-index`;
+- Trainer applies the JobSet on every reconcile of an unfinished TrainJob and never looks at its
+  deletionTimestamp (`pkg/controller/trainjob_controller.go`; JobSet itself had the same defect,
+  kubernetes-sigs/jobset#561): a TrainJob deleted in the foreground gets its JobSet back each time
+  the garbage collector removes it, and its deletion can go on for minutes or for ever;
 - the TrainJob's conditions are Suspended, Complete and Failed; nothing says Running, so a
   TrainJob whose `numNodes` trainer pods all run is Running here (as a PyTorchJob is once its
   pods run).
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from components.job_apis import JobApi, JobApiError, PodIdentity, PodRole
 from components.manifests import (
+    DELETION_PROPAGATION_ANNOTATION,
     ENTRYPOINT,
     GPU_RESOURCE,
     object_metadata,
@@ -66,6 +71,7 @@ FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 # Trainer requires a domain-prefixed path (`<subdomain>/<path>`, as Kueue's
 # `kueue.x-k8s.io/manager`); the project's own annotations use the same prefix.
 PATCH_MANAGER = "pytorch-distributed/pulumi"
+JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
@@ -194,6 +200,10 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
     }
     metadata = object_metadata(settings, resource_names(settings).job, "training")
     metadata["annotations"].update(wait_annotations(settings))
+    # Trainer re-applies the JobSet of a TrainJob that is being deleted (TrainJobApi.run_object):
+    # deleted in the foreground, as pulumi-kubernetes deletes by default, the TrainJob would wait
+    # on a JobSet that comes back each time the garbage collector removes it.
+    metadata["annotations"][DELETION_PROPAGATION_ANNOTATION] = "background"
     spec: dict[str, Any] = {
         "runtimeRef": {
             "name": runtime_name(settings),
@@ -340,6 +350,7 @@ class TrainJobApi(JobApi):
     replica_order = (NODE.capitalize(),)
     master_addr_keys = ("PET_MASTER_ADDR",)
     master_port_keys = ("PET_MASTER_PORT",)
+    run_object = (JOBSET_GROUP, JOBSET_VERSION, "jobsets")
 
     def job_manifest(self, settings: StackSettings, *, image: Any) -> dict[str, Any]:
         return trainjob_manifest(settings, image=image)

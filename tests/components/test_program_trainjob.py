@@ -40,6 +40,17 @@ def test_a_spec_change_replaces_the_trainjob_deleting_it_first(trainjob: Program
     assert not trainjob.one(RUNTIME).delete_before_replace
 
 
+def test_the_trainjob_is_deleted_in_the_background_and_made_once_its_old_run_is_gone(
+    trainjob: ProgramResult,
+) -> None:
+    # Foreground, Trainer would bring its JobSet back while the delete waits for it.
+    job = trainjob.one(TRAINJOB)
+    assert job.inputs["metadata"]["annotations"]["pulumi.com/deletionPropagationPolicy"] == (
+        "background"
+    )
+    assert job.hooks["before_create"] == ["training-job-previous-run"]
+
+
 def test_the_outputs_name_rank_0_by_its_completion_index(trainjob: ProgramResult) -> None:
     outputs = {key: output.value for key, output in trainjob.outputs.items()}
     assert outputs["jobName"] == "ddp-trainjob"

@@ -12,8 +12,11 @@ import base64
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import pytest
 
@@ -23,9 +26,13 @@ from components.manifests import resource_names
 from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 from tests.e2e.test_stack_lifecycle import contains
+from tools.local_backends.pods import container_env
 
+T = TypeVar("T")
 NAMESPACE = "default"
 API = job_api("trainjob")
+assert API.run_object is not None
+JOBSET = API.run_object
 TRAINJOB_TYPE = API.resource_type
 RUNTIME_TYPE = f"kubernetes:{API.api_version}:TrainingRuntime"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -65,7 +72,7 @@ def kube(cluster: Cluster) -> Any:
         def jobset(self, name: str) -> dict[str, Any] | None:
             try:
                 return self.custom.get_namespaced_custom_object(
-                    "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name
+                    *JOBSET[:2], NAMESPACE, JOBSET[2], name
                 )
             except client.ApiException as error:
                 if error.status == 404:
@@ -184,7 +191,7 @@ def test_the_jobsets_pods_get_the_environment_the_local_runner_emulates(
     for pod in pods:
         role = roles[pod["spec"]["hostname"]]
         assert pod["spec"]["subdomain"] == settings.job.name
-        emulated, _ = pods.container_env(role.container, pod=role.name, namespace=NAMESPACE)
+        emulated, _ = container_env(role.container, pod=role.name, namespace=NAMESPACE)
         assert resolved_env(pod) == {**emulated, **role.env}, role.name
         # The claim and the pull secret reach the pods through the runtime patch.
         claims = [
@@ -251,6 +258,36 @@ def test_changing_total_epochs_replaces_the_trainjob_deleting_the_old_one_first(
         settings, job=replace(settings.job, total_epochs=settings.job.total_epochs + 2)
     )
     assert contains(job, trainjob_manifest(longer, image=settings.image.ref)) == []
+    assert_the_jobset_is_its_own(kube, job, settings.job.nodes)
+
+
+def assert_the_jobset_is_its_own(kube: Any, job: dict[str, Any], nodes: int) -> None:
+    """The JobSet of this name belongs to this TrainJob and runs its pods: the old TrainJob was
+    deleted in the background, and the new one was made only once the old run was gone (else
+    Trainer would have applied the new JobSet onto the old one, its pods still running)."""
+    jobset = wait_for(lambda: kube.jobset(job["metadata"]["name"]), "the new JobSet")
+    owners = [owner["uid"] for owner in jobset["metadata"].get("ownerReferences", [])]
+    assert owners == [job["metadata"]["uid"]], jobset["metadata"]
+    assert jobset["metadata"].get("deletionTimestamp") is None
+    pods = wait_for(
+        lambda: (found := kube.pods(job["metadata"]["name"])) and len(found) == nodes and found,
+        "the new JobSet's pods",
+    )
+    created = moment(jobset["metadata"]["creationTimestamp"])
+    assert all(moment(pod["metadata"]["creationTimestamp"]) >= created for pod in pods), pods
+
+
+def moment(timestamp: str) -> datetime:
+    """A timestamp as the API server writes it (`...Z`) or the client serializes it."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+def wait_for(read: Callable[[], T | None | bool], what: str, seconds: float = 120) -> T:
+    deadline = time.monotonic() + seconds
+    while not (found := read()):
+        assert time.monotonic() < deadline, f"{what}: not there after {seconds:.0f}s"
+        time.sleep(0.5)
+    return found  # type: ignore[return-value]
 
 
 def test_changing_the_restart_policy_is_a_new_runtime_and_a_new_trainjob(
@@ -272,6 +309,18 @@ def test_changing_the_restart_policy_is_a_new_runtime_and_a_new_trainjob(
 # -- destroy keeps the retained claim -----------------------------------------------------------
 
 
+def test_up_right_after_destroy_waits_for_the_old_run_and_makes_its_own(
+    stack: Stack, settings: StackSettings, kube: Any
+) -> None:
+    stack.destroy()
+    assert kube.trainer("trainjobs", settings.job.name) is None
+    # At once: the garbage collector has the old JobSet and pods yet to remove.
+    result = stack.up()
+    assert "create" in result.steps(TRAINJOB_TYPE), result.output
+    job = kube.trainer("trainjobs", settings.job.name)
+    assert_the_jobset_is_its_own(kube, job, settings.job.nodes)
+
+
 def test_destroy_keeps_the_retained_claim_and_removes_the_rest(
     stack: Stack, cluster: Cluster, settings: StackSettings, kube: Any
 ) -> None:
@@ -282,6 +331,8 @@ def test_destroy_keeps_the_retained_claim_and_removes_the_rest(
     stack.destroy()
     assert kube.trainer("trainjobs", names.job) is None
     assert kube.runtimes() == []
+    # Deleted in the background: the JobSet and its pods go right after.
+    wait_for(lambda: kube.jobset(names.job) is None and kube.pods(names.job) == [], "cleanup")
     kept = kube.claim(names.claim)
     assert kept is not None and kept["metadata"]["uid"] == claim["metadata"]["uid"]
     if cluster.plane is not None:

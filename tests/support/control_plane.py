@@ -69,7 +69,12 @@ PROJECT_STAGES = Path(__file__).resolve().parent / "kwok"
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
-PERSISTENT_VOLUMES = 6
+# Volumes are kept (reclaimPolicy Retain, as a user's checkpoints are) and a released one never
+# binds again, so each claim the e2e suite ever makes takes one for good: a claim left with none
+# stays Pending, and the provider's wait for Bound fails `pulumi up` after 5 minutes ("timed
+# out"). Every stack of the suite, and each `up` after a destroy that deleted its claim, takes
+# one: the 6 there once were ran out in the last module.
+PERSISTENT_VOLUMES = 40
 # Where a real node (tests/support/real_node.py) keeps its state, logs and namespaces, under the
 # workdir.
 REAL_NODE_DIR = "real-node"
