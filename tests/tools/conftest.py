@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -19,6 +20,15 @@ from tests.conftest import REPO_ROOT
 from tools.procs import is_alive
 
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def overrides(**values: int | None) -> argparse.Namespace:
+    """What `make local`'s --epochs, --save-every and --dataset-size set (tools/run_local.py)."""
+    return argparse.Namespace(
+        total_epochs=values.get("epochs"),
+        save_every=values.get("save_every"),
+        dataset_size=values.get("dataset_size"),
+    )
 
 
 def recorded_pids(pid_dir: Path) -> list[int]:

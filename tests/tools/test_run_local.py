@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -20,10 +19,10 @@ import pytest
 import torch
 
 from components.job_apis.pytorchjob import pytorchjob_manifest
-from components.settings import ElasticSettings, SettingsError, StackSettings, load_stack_file
+from components.settings import SettingsError, load_stack_file
 from tests.conftest import REPO_ROOT, committed_epochs, wait_for_runner
+from tests.tools.conftest import overrides
 from tools import procs
-from tools.local_backends.process import choose_devices, replica_commands
 from tools.run_local import LocalRunError, apply_overrides
 from tools.run_local import main as run_local_main
 
@@ -126,14 +125,6 @@ def running_past_a_checkpoint(tmp_path: Path, run: tuple[str, ...]) -> Iterator[
         job.out = finish(job.runner, marker)
 
 
-def overrides(**values: int | None) -> argparse.Namespace:
-    return argparse.Namespace(
-        total_epochs=values.get("epochs"),
-        save_every=values.get("save_every"),
-        dataset_size=values.get("dataset_size"),
-    )
-
-
 def run_local_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         run_local_command(*args),
@@ -193,85 +184,7 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str, stack_dir: Path = RE
     return lines[0]
 
 
-# -- the job spec as local processes ----------------------------------------------------------
-
-
-def test_each_replica_gets_the_operator_env_with_a_local_rendezvous(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("RANK", "7")  # the host's own launcher variables must not leak in
-    monkeypatch.setenv("PET_NNODES", "9")
-    settings = load_stack_file("dev", REPO_ROOT)
-    job = pytorchjob_manifest(settings, image="local")
-
-    commands, notices = replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=tmp_path,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
-    )
-
-    assert notices == []
-    assert [command.name for command in commands] == [MASTER, WORKER]
-    # The operator's values (see test_operator_env) except the documented local rendezvous.
-    for rank, command in enumerate(commands):
-        expected = {
-            "PYTHONUNBUFFERED": "1",  # training-operator v1.9 sets "1" (v1.8 and older "0")
-            "MASTER_ADDR": "127.0.0.1",
-            "PET_MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "4321",
-            "PET_MASTER_PORT": "4321",
-            "WORLD_SIZE": "2",
-            "RANK": str(rank),
-            "PET_NODE_RANK": str(rank),
-            "PET_NPROC_PER_NODE": "1",
-            "PET_NNODES": "2",
-            "OMP_NUM_THREADS": "1",  # the container's own env (cpu "1" / 1 process)
-            "HOSTNAME": command.name,
-            "CUDA_VISIBLE_DEVICES": "",
-        }
-        assert {key: command.env.get(key) for key in expected} == expected
-        assert command.env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
-        assert command.restart_policy == "OnFailure"
-
-
-def elastic_dev(min_nodes: int = 1) -> StackSettings:
-    """The dev stack made elastic: its 2 pods, training on 1 or 2 of them."""
-    settings = load_stack_file("dev", REPO_ROOT)
-    job = dataclasses.replace(settings.job, elastic=ElasticSettings(min_nodes=min_nodes))
-    return dataclasses.replace(settings, job=job)
-
-
-def test_an_elastic_job_runs_as_agents_of_a_loopback_rendezvous_on_worker_0(
-    tmp_path: Path,
-) -> None:
-    job = pytorchjob_manifest(elastic_dev(), image="local")
-
-    commands, _ = replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=tmp_path,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
-    )
-
-    assert [command.name for command in commands] == [WORKER, f"{JOB}-worker-1"]
-    for index, command in enumerate(commands):
-        expected = {
-            "PET_RDZV_ENDPOINT": "127.0.0.1:4321",  # stands in for ddp-dev-worker-0:23456
-            "PET_RDZV_BACKEND": "c10d",
-            "PET_NNODES": "1:2",
-            "PET_MAX_RESTARTS": "3",
-            "PET_LOCAL_ADDR": "127.0.0.1",
-            "PET_RDZV_CONF": f"is_host={int(index == 0)}",  # the store on worker-0's agent
-        }
-        assert {key: command.env.get(key) for key in expected} == expected
-        assert "MASTER_ADDR" not in command.env and "PET_NODE_RANK" not in command.env
-        args = command.argv[command.argv.index("--") + 1 :]
-        assert args[args.index("--global-batch-size") + 1] == "64"  # 32 x 2 pods x 1 process
+# -- the CLI's refusals of a backend ---------------------------------------------------------
 
 
 def test_an_elastic_job_in_containers_is_one_line_naming_the_backend(
@@ -291,53 +204,6 @@ def test_an_elastic_job_in_containers_is_one_line_naming_the_backend(
         "error: job.elastic: --backend container runs jobs of a fixed size only; run an elastic "
         "stack with --backend process (its agents re-form the group on loopback)"
     )
-
-
-def test_container_paths_map_to_the_checkout_and_the_local_claim(tmp_path: Path) -> None:
-    settings = apply_overrides(
-        load_stack_file("dev", REPO_ROOT), overrides(epochs=4, save_every=1, dataset_size=256)
-    )
-    job = pytorchjob_manifest(settings, image="local")
-
-    commands, _ = replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=tmp_path,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
-    )
-
-    argv = list(commands[1].argv)
-    assert argv[0] == str(REPO_ROOT / "trainer" / "entrypoint.sh")
-    assert argv[1:] == [
-        "--max-restarts",
-        "0",
-        "--",
-        "--batch_size",
-        "32",
-        "4",
-        "1",
-        "--checkpoint-dir",
-        str(tmp_path / JOB),
-        "--dataset-size",
-        "256",
-    ]
-    assert commands[1].cwd == REPO_ROOT
-
-
-def test_without_enough_gpus_the_job_runs_on_the_cpu_with_a_notice() -> None:
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
-        pytest.skip("this machine has the GPUs the prod stack asks for")
-    settings = load_stack_file("prod", REPO_ROOT)  # 2 nodes x 1 GPU
-
-    local, devices, notice = choose_devices(settings)
-
-    assert local.job.gpus_per_node == 0
-    assert devices == ["", ""]
-    assert notice is not None and "running on the CPU" in notice
-    assert pytorchjob_manifest(local, image="local")["spec"]["nprocPerNode"] == "1"
 
 
 # -- bad input fails before anything is created -----------------------------------------------
