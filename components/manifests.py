@@ -56,24 +56,19 @@ FIELD_MANAGER = "pytorch-distributed"
 
 @dataclass(frozen=True)
 class ResourceNames:
-    """metadata.name of each Kubernetes object, so every module refers to them the same way.
-    ``first_pod``: the stable name of the pod rank 0 runs in (its job API's `rank0_pod`)."""
+    """metadata.name of each Kubernetes object, so every module refers to them the same way
+    (the pods' names are their job API's: `rank0_pod`)."""
 
     job: str
     claim: str
     pull_secret: str | None
-    first_pod: str
 
 
 def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
     claim = settings.checkpoints.existing_claim or f"{job}-checkpoints"
     pull_secret = f"{job}-registry" if settings.registry is not None else None
-    # Imported here: the job APIs build on this module's shared builders.
-    from components.job_apis import api_of_settings
-
-    first_pod = api_of_settings(settings).rank0_pod(settings)
-    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret, first_pod=first_pod)
+    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret)
 
 
 def common_labels(settings: StackSettings) -> dict[str, str]:
@@ -304,55 +299,6 @@ def wait_annotations(settings: StackSettings) -> dict[str, str]:
     if settings.job.wait_for == "none":
         return {"pulumi.com/skipAwait": "true"}
     return {}
-
-
-@dataclass(frozen=True)
-class StackObjects:
-    """The Kubernetes objects one stack applies; None where the stack has no such object."""
-
-    pull_secret: dict[str, Any] | None
-    claim: dict[str, Any] | None
-    job: dict[str, Any]
-    # The TrainingRuntime a TrainJob runs on, when the stack declares it.
-    runtime: dict[str, Any] | None = None
-
-    def in_apply_order(self) -> list[dict[str, Any]]:
-        """The job pulls with the Secret, mounts the claim and runs on its runtime, so they all
-        come before it."""
-        return [
-            manifest
-            for manifest in (self.pull_secret, self.claim, self.runtime, self.job)
-            if manifest is not None
-        ]
-
-
-def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> StackObjects:
-    """Which objects the stack has, and their manifests: the one answer the Pulumi program
-    (TrainingEnvironment) and the offline render both follow, so they cannot disagree.
-
-    `image` is the reference the job runs and `password` the one the pull Secret carries (the
-    program's secret Outputs, the render's stand-ins); `password` is unused without a registry.
-    """
-    from components.job_apis import api_of_settings
-
-    names = resource_names(settings)
-    api = api_of_settings(settings)
-    return StackObjects(
-        # Without a registry the pods pull anonymously: there is no credential to hold.
-        pull_secret=(
-            registry_secret_manifest(settings, password=password)
-            if names.pull_secret is not None
-            else None
-        ),
-        # An existing claim belongs to someone else: the job mounts it, the stack never owns it.
-        claim=(
-            checkpoint_claim_manifest(settings)
-            if settings.checkpoints.existing_claim is None
-            else None
-        ),
-        job=api.job_manifest(settings, image=image),
-        runtime=api.runtime_manifest(settings),
-    )
 
 
 def checkpoint_reader_pod_manifest(

@@ -18,10 +18,11 @@ from pydantic.alias_generators import to_camel
 
 from components.checkpoint_volume import CheckpointVolume
 from components.job_apis import api_of_settings
-from components.manifests import resource_names, stack_objects
+from components.manifests import resource_names
 from components.pytorch_job import PyTorchJob
 from components.registry_credential import RegistryCredential
 from components.settings import StackSettings
+from components.stack_objects import stack_objects
 from components.train_job import TrainJob
 from components.training_image import TrainingImage, registry_auth
 

@@ -28,13 +28,15 @@ ALLOWED = {
     "tests": {"components", "trainer", "tools", "policy", "bench"},
 }
 # Layers inside a package, lowest first: a module never imports one of a higher layer. Settings
-# -> builders -> Pulumi components; the trainer's disk writer -> checkpoint store -> resume
+# -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's disk writer -> checkpoint store -> resume
 # decision and restore -> training loop.
 LAYERS = (
     (
         ("components.setting_values",),
         ("components.settings",),
-        ("components.manifests", "components.job_apis"),
+        ("components.manifests",),
+        ("components.job_apis",),
+        ("components.stack_objects",),
         (
             "components.training_environment",
             "components.training_image",

@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from components.manifests import stack_objects
 from components.settings import REDACTED, SettingsError, StackSettings, load_stack_file
+from components.stack_objects import stack_objects
 from tools.stack_cli import add_stack_arguments
 
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64

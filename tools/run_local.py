@@ -65,7 +65,6 @@ from pathlib import Path
 from typing import Any
 
 from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
-from components.manifests import resource_names
 from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
 from tools.local_backends import LocalBackend
 from tools.local_backends.container import (
@@ -339,7 +338,7 @@ def print_summary(
             + ", ".join(f"{pod} {count}" for pod, count in outcome.recreations.items())
             + ")"
         )
-    master = resource_names(settings).first_pod
+    master = api_of_settings(settings).rank0_pod(settings)
     lines = ["", f"job {settings.job.name}: {headline(outcome, info, master)}"]
     if outcome.status == "Failed" and (error := outcome.last_error()) is not None:
         lines.append(f"  last error:       [{error[0]}] {error[1]}")

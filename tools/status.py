@@ -24,7 +24,6 @@ from typing import TextIO
 from components.job_apis import api_of_settings
 from components.job_state import JobState, Progress, failure_report, progress_line, status_table
 from components.job_watch import JobWatch, JobWatchError, api_errors
-from components.manifests import resource_names
 from components.settings import SettingsError, load_stack_file
 from tools.stack_cli import add_stack_arguments
 
@@ -109,9 +108,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = parse_args(argv)
     try:
         settings = load_stack_file(args.stack, args.stack_dir)
-        names = resource_names(settings)
-        job = names.job
-        kind = api_of_settings(settings).kind
+        job = settings.job.name
+        api = api_of_settings(settings)
+        kind = api.kind
         watch = JobWatch.connect(settings.kube_context, settings.namespace, job, kind)
         state = watch.state()
         where = f" (context {settings.kube_context})" if settings.kube_context else ""
@@ -125,7 +124,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         print("\n".join(status_table(state, watch.events(state))), file=out, flush=True)
         if state.outcome is None and not args.no_follow:
             # Rank 0's pod: the Master, an elastic job's worker-0, a TrainJob's node 0.
-            state = Follower(watch, names.first_pod, out).run(
+            state = Follower(watch, api.rank0_pod(settings), out).run(
                 state, None if args.tail < 0 else args.tail
             )
         return finish(watch, state, args.stack, out)

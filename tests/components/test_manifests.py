@@ -25,10 +25,10 @@ from components.manifests import (
     docker_config,
     registry_secret_manifest,
     resource_names,
-    stack_objects,
     wait_annotations,
 )
 from components.settings import StackSettings, load_stack_file, parse_settings
+from components.stack_objects import stack_objects
 from policy.rules.operator import admission_violations
 from tests.components.k8s_rules import validate_manifest
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from components.job_apis import api_of_settings
 from components.job_apis.pytorchjob import injected_env, pytorchjob_manifest, replica_pods
-from components.manifests import resource_names, trainer_args
+from components.manifests import trainer_args
 from components.settings import SettingsError, StackSettings, parse_settings
 from policy.rules.operator import admission_violations
 from tests.components.k8s_rules import validate_manifest
@@ -45,7 +46,7 @@ def test_an_elastic_job_is_workers_only_with_a_c10d_elastic_policy() -> None:
     assert "schedulingPolicy" not in spec["runPolicy"]  # no gang scheduler on plain Kubeflow
     assert admission_violations(manifest) == []
     validate_manifest(manifest)
-    assert resource_names(elastic()).first_pod == "elastic-worker-0"
+    assert api_of_settings(elastic()).rank0_pod(elastic()) == "elastic-worker-0"
 
 
 def test_the_entrypoint_gets_torchruns_restarts_and_the_global_batch_of_all_pods() -> None:

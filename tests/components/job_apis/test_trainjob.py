@@ -20,8 +20,9 @@ from components.job_apis.trainjob import (
     trainingruntime_manifest,
 )
 from components.job_state import job_state
-from components.manifests import ENTRYPOINT, stack_objects
+from components.manifests import ENTRYPOINT
 from components.settings import SettingsError, StackSettings, load_stack_file, parse_settings
+from components.stack_objects import stack_objects
 from tests.conftest import REPO_ROOT
 
 API = job_api("trainjob")
