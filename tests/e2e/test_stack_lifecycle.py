@@ -27,6 +27,7 @@ from components.manifests import (
 )
 from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
+from tests.e2e.kube import NamespaceObjects
 
 NAMESPACE = "default"
 PYTORCHJOB = job_api("pytorchjob")
@@ -45,36 +46,14 @@ def settings(stack: Stack) -> StackSettings:
     return stack.settings()
 
 
+class Kube(NamespaceObjects):
+    def job(self, name: str) -> Any | None:
+        return self.custom_object(PYTORCHJOB.group, PYTORCHJOB.version, PYTORCHJOB.plural, name)
+
+
 @pytest.fixture(scope="module")
-def kube(cluster: Cluster) -> Any:
-    from kubernetes import client
-
-    api = cluster.api()
-
-    class Kube:
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-
-        def job(self, name: str) -> dict[str, Any] | None:
-            try:
-                return self.custom.get_namespaced_custom_object(
-                    PYTORCHJOB.group, PYTORCHJOB.version, NAMESPACE, PYTORCHJOB.plural, name
-                )
-            except client.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-        def get(self, kind: str, name: str) -> Any | None:
-            reader = getattr(self.core, f"read_namespaced_{kind}")
-            try:
-                return api.sanitize_for_serialization(reader(name, NAMESPACE))
-            except client.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-    return Kube()
+def kube(cluster: Cluster) -> Kube:
+    return Kube(cluster, NAMESPACE)
 
 
 def contains(actual: Any, expected: Any, path: str = "") -> list[str]:
@@ -151,7 +130,7 @@ def test_bad_config_value_fails_preview_with_one_line_naming_the_key(stack: Stac
 
 
 def test_up_creates_secret_claim_and_job_as_the_builders_describe(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     result = stack.up()
     assert result.summary() == {"create": 10}, result.output
@@ -176,7 +155,7 @@ def test_up_creates_secret_claim_and_job_as_the_builders_describe(
 
 
 def test_operator_creates_pods_and_services_with_the_emulated_environment(
-    settings: StackSettings, kube: Any
+    settings: StackSettings, kube: Kube
 ) -> None:
     manifest = pytorchjob_manifest(settings, image=settings.image.ref)
     for replica_type, index in replica_pods(manifest):
@@ -194,7 +173,7 @@ def test_operator_creates_pods_and_services_with_the_emulated_environment(
 
 
 def test_up_with_wait_for_running_returns_once_the_pods_run(
-    cluster: Cluster, settings: StackSettings, kube: Any
+    cluster: Cluster, settings: StackSettings, kube: Kube
 ) -> None:
     # On kwok the pods run until told otherwise; on a real cluster the small job may be done.
     reached = {"Running"} if cluster.fake_nodes else {"Running", "Succeeded"}
@@ -236,7 +215,7 @@ def test_outputs_and_state_hold_no_plaintext_password(stack: Stack) -> None:
 
 
 def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     old_uid = kube.job(settings.job.name)["metadata"]["uid"]
     stack.config_set("job.totalEpochs", str(settings.job.total_epochs + 2))
@@ -251,7 +230,7 @@ def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
     assert contains(job, pytorchjob_manifest(longer, image=settings.image.ref)) == []
 
 
-def finish_job(cluster: Cluster, kube: Any, settings: StackSettings) -> None:
+def finish_job(cluster: Cluster, kube: Kube, settings: StackSettings) -> None:
     """On kwok, report every pod as exited 0, as a kubelet would; then wait for the job to
     succeed (on a real cluster the trainer finishes it)."""
     for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
@@ -294,7 +273,7 @@ def finish_job(cluster: Cluster, kube: Any, settings: StackSettings) -> None:
 
 @pytest.mark.timeout(420)
 def test_metadata_change_of_a_finished_job_updates_it_promptly(
-    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Any
+    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Kube
 ) -> None:
     finish_job(cluster, kube, settings)
     uid = kube.job(settings.job.name)["metadata"]["uid"]
@@ -310,7 +289,7 @@ def test_metadata_change_of_a_finished_job_updates_it_promptly(
 
 
 def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
-    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Any
+    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Kube
 ) -> None:
     names = resource_names(settings)
     claim = kube.get("persistent_volume_claim", names.claim)
@@ -334,7 +313,7 @@ def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
 
 
 def test_destroy_removes_the_claim_when_retain_on_destroy_is_false(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     names = resource_names(settings)
     stack.config_set("checkpoints.retainOnDestroy", "false")

@@ -25,6 +25,7 @@ from components.job_apis.trainjob import trainingruntime_manifest, trainjob_mani
 from components.manifests import resource_names
 from components.settings import PROJECT, StackSettings
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
+from tests.e2e.kube import NamespaceObjects
 from tests.e2e.test_stack_lifecycle import contains
 from tools.local_backends.pods import container_env
 
@@ -49,57 +50,27 @@ def settings(stack: Stack) -> StackSettings:
     return stack.settings()
 
 
+class Kube(NamespaceObjects):
+    def trainer(self, plural: str, name: str) -> Any | None:
+        return self.custom_object(API.group, API.version, plural, name)
+
+    def jobset(self, name: str) -> Any | None:
+        return self.custom_object(*JOBSET, name)
+
+    def runtimes(self) -> list[str]:
+        listed = self.custom_objects(API.group, API.version, "trainingruntimes")
+        return sorted(item["metadata"]["name"] for item in listed)
+
+    def pods(self, job: str) -> list[Any]:
+        return self.pods_matching(API.pod_selector(job))
+
+    def claim(self, name: str) -> Any | None:
+        return self.get("persistent_volume_claim", name)
+
+
 @pytest.fixture(scope="module")
-def kube(cluster: Cluster) -> Any:
-    from kubernetes import client
-
-    api = cluster.api()
-
-    class Kube:
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-
-        def trainer(self, plural: str, name: str) -> dict[str, Any] | None:
-            try:
-                return self.custom.get_namespaced_custom_object(
-                    API.group, API.version, NAMESPACE, plural, name
-                )
-            except client.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-        def jobset(self, name: str) -> dict[str, Any] | None:
-            try:
-                return self.custom.get_namespaced_custom_object(
-                    *JOBSET[:2], NAMESPACE, JOBSET[2], name
-                )
-            except client.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-        def runtimes(self) -> list[str]:
-            listed = self.custom.list_namespaced_custom_object(
-                API.group, API.version, NAMESPACE, "trainingruntimes"
-            )
-            return sorted(item["metadata"]["name"] for item in listed["items"])
-
-        def pods(self, job: str) -> list[dict[str, Any]]:
-            listed = self.core.list_namespaced_pod(NAMESPACE, label_selector=API.pod_selector(job))
-            return [api.sanitize_for_serialization(pod) for pod in listed.items]
-
-        def claim(self, name: str) -> dict[str, Any] | None:
-            try:
-                return api.sanitize_for_serialization(
-                    self.core.read_namespaced_persistent_volume_claim(name, NAMESPACE)
-                )
-            except client.ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-
-    return Kube()
+def kube(cluster: Cluster) -> Kube:
+    return Kube(cluster, NAMESPACE)
 
 
 def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
@@ -166,7 +137,7 @@ def test_elastic_with_trainjob_fails_preview_with_one_line_naming_the_key(stack:
 
 
 def test_up_creates_the_runtime_and_the_trainjob_as_the_builders_describe(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     result = stack.up()
     assert result.summary() == {"create": 11}, result.output
@@ -182,7 +153,7 @@ def test_up_creates_the_runtime_and_the_trainjob_as_the_builders_describe(
 
 
 def test_the_jobsets_pods_get_the_environment_the_local_runner_emulates(
-    settings: StackSettings, kube: Any
+    settings: StackSettings, kube: Kube
 ) -> None:
     job = trainjob_manifest(settings, image=settings.image.ref)
     roles = {role.name: role for role in API.pods(job, trainingruntime_manifest(settings))}
@@ -205,7 +176,7 @@ def test_the_jobsets_pods_get_the_environment_the_local_runner_emulates(
 
 
 def test_up_waited_until_every_trainer_pod_runs_and_make_status_says_so(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     assert {pod["status"]["phase"] for pod in kube.pods(settings.job.name)} == {"Running"}
     done = subprocess.run(
@@ -244,7 +215,7 @@ def test_outputs_and_state_hold_no_plaintext_password(stack: Stack) -> None:
 
 
 def test_changing_total_epochs_replaces_the_trainjob_deleting_the_old_one_first(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     old_uid = kube.trainer("trainjobs", settings.job.name)["metadata"]["uid"]
     stack.config_set("job.totalEpochs", str(settings.job.total_epochs + 2))
@@ -261,7 +232,7 @@ def test_changing_total_epochs_replaces_the_trainjob_deleting_the_old_one_first(
     assert_the_jobset_is_its_own(kube, job, settings.job.nodes)
 
 
-def assert_the_jobset_is_its_own(kube: Any, job: dict[str, Any], nodes: int) -> None:
+def assert_the_jobset_is_its_own(kube: Kube, job: dict[str, Any], nodes: int) -> None:
     """The JobSet of this name belongs to this TrainJob and runs its pods: the old TrainJob was
     deleted in the background, and the new one was made only once the old run was gone (else
     Trainer would have applied the new JobSet onto the old one, its pods still running)."""
@@ -291,7 +262,7 @@ def wait_for(read: Callable[[], T | None | bool], what: str, seconds: float = 12
 
 
 def test_changing_the_restart_policy_is_a_new_runtime_and_a_new_trainjob(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     old_runtime = trainingruntime_manifest(settings)["metadata"]["name"]  # type: ignore[index]
     stack.config_set("job.restartPolicy", "OnFailure")  # from the default ExitCode
@@ -310,7 +281,7 @@ def test_changing_the_restart_policy_is_a_new_runtime_and_a_new_trainjob(
 
 
 def test_up_right_after_destroy_waits_for_the_old_run_and_makes_its_own(
-    stack: Stack, settings: StackSettings, kube: Any
+    stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     stack.destroy()
     assert kube.trainer("trainjobs", settings.job.name) is None
@@ -322,7 +293,7 @@ def test_up_right_after_destroy_waits_for_the_old_run_and_makes_its_own(
 
 
 def test_destroy_keeps_the_retained_claim_and_removes_the_rest(
-    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Any
+    stack: Stack, cluster: Cluster, settings: StackSettings, kube: Kube
 ) -> None:
     names = resource_names(settings)
     claim = kube.claim(names.claim)

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,10 +17,23 @@ from tests.conftest import REPO_ROOT
 from tests.tools.conftest import overrides
 from tools.local_backends.process import choose_devices, replica_commands
 from tools.run_local import apply_overrides
+from tools.supervisor import ReplicaCommand
 
 JOB = "ddp-dev"  # job.name of the dev stack
 MASTER = f"{JOB}-master-0"
 WORKER = f"{JOB}-worker-0"
+
+
+def two_pods_on_the_cpu(job: dict[str, Any], claim: Path) -> tuple[list[ReplicaCommand], list[str]]:
+    """The dev stack's 2 pods as local processes, the rendezvous on port 4321."""
+    return replica_commands(
+        job,
+        namespace="default",
+        checkpoint_root=claim,
+        repo_root=REPO_ROOT,
+        master_port=4321,
+        visible_devices=["", ""],
+    )
 
 
 def test_each_replica_gets_the_operator_env_with_a_local_rendezvous(
@@ -30,14 +44,7 @@ def test_each_replica_gets_the_operator_env_with_a_local_rendezvous(
     settings = load_stack_file("dev", REPO_ROOT)
     job = pytorchjob_manifest(settings, image="local")
 
-    commands, notices = replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=tmp_path,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
-    )
+    commands, notices = two_pods_on_the_cpu(job, tmp_path)
 
     assert notices == []
     assert [command.name for command in commands] == [MASTER, WORKER]
@@ -75,14 +82,7 @@ def test_an_elastic_job_runs_as_agents_of_a_loopback_rendezvous_on_worker_0(
 ) -> None:
     job = pytorchjob_manifest(elastic_dev(), image="local")
 
-    commands, _ = replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=tmp_path,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
-    )
+    commands, _ = two_pods_on_the_cpu(job, tmp_path)
 
     assert [command.name for command in commands] == [WORKER, f"{JOB}-worker-1"]
     for index, command in enumerate(commands):
@@ -106,14 +106,7 @@ def test_container_paths_map_to_the_checkout_and_the_local_claim(tmp_path: Path)
     )
     job = pytorchjob_manifest(settings, image="local")
 
-    commands, _ = replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=tmp_path,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
-    )
+    commands, _ = two_pods_on_the_cpu(job, tmp_path)
 
     argv = list(commands[1].argv)
     assert argv[0] == str(REPO_ROOT / "trainer" / "entrypoint.sh")
