@@ -28,8 +28,8 @@ ALLOWED = {
     "tests": {"components", "trainer", "tools", "policy", "bench"},
 }
 # Layers inside a package, lowest first: a module never imports one of a higher layer. Settings
-# -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's disk writer -> checkpoint store -> resume
-# decision and restore -> training loop.
+# -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's
+# disk writer -> checkpoint store -> resume decision and restore -> training loop.
 LAYERS = (
     (
         ("components.setting_values",),
