@@ -32,7 +32,7 @@ SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tests/support/*
 PYTEST_WORKERS ?= auto
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local image image-test render preview up destroy status bench clean pulumi-cli
+.PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engi
 local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
 	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \
 	    $(if $(filter container,$(BACKEND)),--image $(IMAGE) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
+
+base-image: $(STAMP) ## Build (or find, cached in podman's store) the stand-in base image `make image` uses.
+	PYTHON=$(BIN)/python scripts/build-base-image.sh
 
 image: $(STAMP) ## Build the training image IMAGE from trainer/Dockerfile with podman (base image cached).
 	PYTHON=$(BIN)/python scripts/build-image.sh $(IMAGE)

@@ -5,6 +5,7 @@
 # them changes.
 #
 #   scripts/build-base-image.sh              # -> localhost/pytorch-distributed-base:<hash>
+#   scripts/build-base-image.sh --print-if-built   # its name if podman has it, else exit 1
 #
 # The image is a debootstrap'd minimal bookworm with python3 and a virtual environment in
 # /opt/venv (on PATH, so `torchrun` is there as in the NGC image) holding torch and numpy.
@@ -33,6 +34,10 @@ pins=$(grep -E '^(torch|numpy)==' requirements-dev.txt | sort)
 inputs_hash=$(printf '%s\n' "$(cat "${BASH_SOURCE[0]}")" "$suite" "$pins" | sha256sum | cut -c1-16)
 image=localhost/pytorch-distributed-base:$inputs_hash
 
+if [[ ${1:-} == --print-if-built ]]; then
+  command -v podman >/dev/null 2>&1 && "${podman[@]}" image exists "$image" && echo "$image"
+  exit
+fi
 need_commands podman:podman runc:runc debootstrap:debootstrap
 if "${podman[@]}" image exists "$image"; then
   echo "$image"

@@ -24,8 +24,8 @@ need_commands() {
   [[ ${#missing[@]} -gt 0 ]] || return 0
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${missing[*]} (apt-get)" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "$repo_root/scripts/apt-get.sh" update -qq >&2
+    DEBIAN_FRONTEND=noninteractive "$repo_root/scripts/apt-get.sh" install -y -qq --no-install-recommends \
       "${missing[@]}" >&2
   else
     echo "missing: ${missing[*]}; install them with your package manager" >&2

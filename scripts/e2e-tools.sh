@@ -6,10 +6,18 @@
 #   scripts/e2e-tools.sh            build what is missing, print the bin directory
 #   scripts/e2e-tools.sh --print    print the bin directory only (nothing is built)
 #
-# Each tool is cached in a directory of its own, named after its version (and, for the vendored
-# sources, the archive's sha256): changing one version rebuilds that tool alone. The bin
-# directory printed last links them together. Every tool directory holds a PROVENANCE file (where
-# the binary comes from and how it was built), printed as the tool is found or built.
+# Each tool is cached in a directory of its own, named after its version and a hash of its build
+# recipe (its build function, the helpers it calls and the values of the variables they read, the
+# vendored archives' sha256 among them): changing one version or one recipe rebuilds that tool
+# alone, and an unrelated commit rebuilds nothing. The bin directory printed last links them
+# together. Every tool directory holds a PROVENANCE file (where the binary comes from and how it
+# was built), printed as the tool is found or built.
+#
+# Up to PD_E2E_BUILD_JOBS tools (default 2) build at once, the longest first: one build's module
+# downloads, go generate steps and single-threaded links leave the CPU to another's compiles.
+# A tool that reuses another's compiled packages (the language host the CLI's sdk/v3 and pkg/v3,
+# JobSet Trainer's client libraries) waits for it. With PD_TIMINGS_FILE set, each tool appends
+# `e2e tool NAME<TAB>SECONDS<TAB>built|cached` to it (the timing table of .ci/run).
 #
 # Versions match the Python pins in requirements.txt (pulumi, pulumi-kubernetes, pulumi-docker).
 # They are what the Go module proxy this project can reach actually serves: pkg/v3 v3.272.0 is
@@ -51,8 +59,8 @@ DOCKER_PROVIDER_SHA256=41a3cf1c89a934197a3384db35934b18bad11ba44b492cdb5051fd10e
 DOCKER_PROVIDER_BRIDGE_VERSION=v3.120.0
 # The real node's pieces (tests/support/real_node.py): its kubelet is the API server's version, from the
 # same wrapper module; CoreDNS with the kubernetes plugin (and the few it needs), from the proxy;
-# the sandbox ("pause") image built here, since its public registry cannot be reached. Bump
-# PAUSE_IMAGE_VERSION (INIT_IMAGE_VERSION) when build_pause (build_init_image) changes. The init
+# the sandbox ("pause") image built here, since its public registry cannot be reached (its
+# version is the image's tag; a change of build_pause rebuilds it all the same). The init
 # container image replaces the training operator's default alpine:3.10 (Docker Hub) for every
 # plane. containerd, runc and the CNI plugins are Debian's.
 COREDNS_VERSION=1.15.0
@@ -62,64 +70,9 @@ INIT_IMAGE_VERSION=3
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${PD_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pytorch-distributed/e2e}
 tools=$cache/tools
-
-# One entry per tool: directory name (its version key), binaries, what to print, build function.
-# The vendored tools' keys carry their archive's sha256, so a changed archive is rebuilt.
-TOOLS=(
-  "pulumi-$PULUMI_VERSION|pulumi|pulumi CLI v$PULUMI_VERSION|build_pulumi"
-  "pulumi-language-python-${LANGUAGE_PYTHON_SHA256:0:12}|pulumi-language-python pulumi-language-python-exec|Python language host (pulumi $PULUMI_VERSION)|build_language_python"
-  "pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION|pulumi-resource-kubernetes|kubernetes provider v$KUBERNETES_PROVIDER_VERSION|build_kubernetes_provider"
-  "pulumi-resource-docker-$DOCKER_PROVIDER_VERSION-${DOCKER_PROVIDER_SHA256:0:12}|pulumi-resource-docker|docker provider v$DOCKER_PROVIDER_VERSION|build_docker_provider"
-  "kubernetes-$KUBERNETES_VERSION|kube-apiserver kube-controller-manager kube-scheduler|kube-apiserver, kube-controller-manager, kube-scheduler v$KUBERNETES_VERSION|build_kubernetes"
-  "training-operator-$TRAINING_OPERATOR_VERSION|training-operator|training-operator v$TRAINING_OPERATOR_VERSION|build_training_operator"
-  "kwok-$KWOK_VERSION|kwok|kwok v$KWOK_VERSION|build_kwok"
-  "kubelet-$KUBERNETES_VERSION|kubelet|kubelet v$KUBERNETES_VERSION|build_kubelet"
-  "coredns-$COREDNS_VERSION|coredns|CoreDNS v$COREDNS_VERSION (kubernetes plugin)|build_coredns"
-  "pause-image-$PAUSE_IMAGE_VERSION||sandbox (pause) image, a static Go binary|build_pause"
-  "init-image-$INIT_IMAGE_VERSION||the operator's init container image, Debian's busybox|build_init_image"
-  "trainer-$TRAINER_VERSION|trainer-controller-manager|Kubeflow Trainer controller manager v$TRAINER_VERSION|build_trainer"
-  "jobset-$JOBSET_VERSION|jobset|JobSet controller v$JOBSET_VERSION|build_jobset"
-)
-# The set of tools this script version assembles, and where its bin directory lives.
-set_key=$(printf '%s\n' "${TOOLS[@]}" | cut -d'|' -f1,2 | sha256sum | cut -c1-16)
-set_dir=$cache/sets/$set_key
-bin=$set_dir/bin
-
-if [[ ${1:-} == --print ]]; then
-  echo "$bin"
-  exit 0
-fi
-
-mkdir -p "$tools" "$cache/sets"
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 started=$SECONDS
 
 say() { printf '[e2e-tools %4ds] %s\n' $((SECONDS - started)) "$*" >&2; }
-
-# Two builds at once (two checkouts, a suite and a user) would race on the same directories.
-exec 9>"$cache/.lock"
-if ! flock --nonblock 9; then
-  say "another e2e-tools build holds $cache/.lock; waiting for it"
-  flock 9
-fi
-
-# Runs a long command in the background and prints a line a minute, so CI logs show progress.
-with_progress() {
-  local what=$1 log=$2
-  shift 2
-  "$@" >"$log" 2>&1 &
-  local pid=$! waited=0
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 5
-    waited=$((waited + 5))
-    ((waited % 60 == 0)) && say "  ... $what still building (${waited}s)"
-  done
-  if ! wait "$pid"; then
-    say "FAILED: $what; last lines of $log:"
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-}
 
 module_dir() { go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'; }
 
@@ -242,21 +195,17 @@ kubernetes_module() {
   done
 }
 
+# The API server, controller manager, scheduler and kubelet in one `go build`: the packages they
+# share compile once and the four links overlap.
 build_kubernetes() {
   kubernetes_module
   cd "$work/mod"
-  local component
-  for component in kube-apiserver kube-controller-manager kube-scheduler; do
-    go build -trimpath -ldflags "$kubernetes_ldflags" -o "$out/bin/$component" "k8s.io/kubernetes/cmd/$component"
+  local component packages=()
+  for component in $KUBERNETES_BINARIES; do packages+=("k8s.io/kubernetes/cmd/$component"); done
+  go build -trimpath -ldflags "$kubernetes_ldflags" -o "$out/bin/" "${packages[@]}"
+  for component in $KUBERNETES_BINARIES; do
     echo "$component: k8s.io/kubernetes@v$KUBERNETES_VERSION cmd/$component, staging modules at their published v0.${KUBERNETES_VERSION#1.}, Go module proxy" >>"$out/PROVENANCE"
   done
-}
-
-build_kubelet() {
-  kubernetes_module
-  cd "$work/mod"
-  go build -trimpath -ldflags "$kubernetes_ldflags" -o "$out/bin/kubelet" k8s.io/kubernetes/cmd/kubelet
-  echo "kubelet: k8s.io/kubernetes@v$KUBERNETES_VERSION cmd/kubelet, staging modules at their published v0.${KUBERNETES_VERSION#1.}, Go module proxy" >"$out/PROVENANCE"
 }
 
 build_training_operator() {
@@ -272,13 +221,16 @@ build_training_operator() {
 
 build_kwok() {
   GOBIN="$out/bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
-  # kwok plays no stage unless configured: the same "fast" node and pod stages kwokctl uses.
+  # kwok plays no stage unless configured: the "fast" node and pod stages kwokctl uses, but for
+  # pod-complete, which ends every pod a Job owns (a TrainJob's, through JobSet) a few seconds
+  # after it runs: a test could not look at a running TrainJob without racing it. Here every pod
+  # ends only as a test says (the project's pod-exit stage, tests/support/kwok/).
   local source
   source=$(module_dir "sigs.k8s.io/kwok@v$KWOK_VERSION")
   mkdir -p "$out/share/kwok-stages"
   cp "$source"/kustomize/stage/node/fast/node-initialize.yaml \
-    "$source"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml "$out/share/kwok-stages/"
-  echo "kwok: sigs.k8s.io/kwok@v$KWOK_VERSION cmd/kwok and its fast node and pod stages, Go module proxy" >"$out/PROVENANCE"
+    "$source"/kustomize/stage/pod/fast/pod-{ready,delete}.yaml "$out/share/kwok-stages/"
+  echo "kwok: sigs.k8s.io/kwok@v$KWOK_VERSION cmd/kwok and its fast node-initialize, pod-ready and pod-delete stages, Go module proxy" >"$out/PROVENANCE"
 }
 
 # CoreDNS's own main with only the plugins the real node's Corefile uses (tests/support/real_node.py), in
@@ -359,8 +311,7 @@ GO
 # its own nslookup applet whatever PATH holds.)
 build_init_image() {
   mkdir -p "$work/deb" "$work/root/bin" "$work/root/lib/x86_64-linux-gnu" "$work/root/lib64" "$work/mod"
-  # A fresh machine may have no package lists yet.
-  apt-cache show busybox >/dev/null 2>&1 || apt-get update -qq
+  # Package lists: install_debian_packages updated them before any build started.
   (cd "$work" && apt-get download busybox libc6 >/dev/null)
   local deb applet library
   for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/deb"; done
@@ -467,90 +418,210 @@ build_jobset() {
   echo "jobset: $module@v$JOBSET_VERSION (its root main package), its CRD (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy" >"$out/PROVENANCE"
 }
 
-install_etcd() {
-  command -v etcd >/dev/null && { ln -sfn "$(command -v etcd)" "$bin/etcd"; return; }
-  [[ -x /usr/bin/etcd ]] || {
-    say "installing Debian's etcd-server (apt-get)"
-    if [[ $(id -u) -ne 0 ]]; then
-      say "etcd is missing: run 'sudo apt-get install etcd-server' (or put etcd on PATH)"
-      exit 1
-    fi
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >&2
-    # Debian starts the packaged service; the fixture runs its own etcd on a free port.
-    systemctl disable --now etcd >/dev/null 2>&1 || true
-  }
-  ln -sfn /usr/bin/etcd "$bin/etcd"
-}
-
-# The real node's runtime from Debian: containerd 1.6 (with its runc v2 shim and ctr), runc, and
-# the CNI plugins (cni/ beside bin/). Only linked: tests/support/real_node.py runs containerd with a
-# config and state of its own, never the packaged service.
-install_node_runtime() {
-  local binary missing=()
-  for binary in containerd containerd-shim-runc-v2 ctr runc; do
-    command -v "$binary" >/dev/null || missing+=("$binary")
+# Debian's etcd-server, containerd (1.6, with its runc v2 shim and ctr), runc and CNI plugins,
+# installed before the builds start (the package lists too, which build_init_image reads), while
+# the Go compiler has the CPU. Only linked afterwards: the control plane and the real node
+# (tests/support/) run them with configs and state of their own, never the packaged services.
+install_debian_packages() {
+  local command missing=()
+  for command in etcd containerd containerd-shim-runc-v2 ctr runc; do
+    command -v "$command" >/dev/null || missing+=("$command")
   done
   [[ -x /usr/lib/cni/bridge ]] || missing+=(cni)
-  if [[ ${#missing[@]} -gt 0 ]]; then
-    say "installing Debian's containerd, runc and containernetworking-plugins (apt-get)"
-    if [[ $(id -u) -ne 0 ]]; then
-      say "missing ${missing[*]}: run 'sudo apt-get install containerd runc containernetworking-plugins'"
-      exit 1
-    fi
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      containerd runc containernetworking-plugins >&2
-    # Debian starts the packaged service where systemd runs; the fixture runs its own.
-    systemctl disable --now containerd >/dev/null 2>&1 || true
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    apt-cache show busybox >/dev/null 2>&1 && return 0
+  elif [[ $(id -u) -ne 0 ]]; then
+    say "missing ${missing[*]}: run 'sudo apt-get install etcd-server containerd runc containernetworking-plugins'"
+    exit 1
   fi
-  for binary in containerd containerd-shim-runc-v2 ctr runc; do
+  say "installing Debian's etcd-server, containerd, runc and containernetworking-plugins (apt-get)"
+  "$repo/scripts/apt-get.sh" update -qq >&2
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  DEBIAN_FRONTEND=noninteractive "$repo/scripts/apt-get.sh" install -y -qq --no-install-recommends \
+    etcd-server containerd runc containernetworking-plugins >&2
+  # Debian starts the packaged services where systemd runs; the fixtures run their own.
+  systemctl disable --now etcd containerd >/dev/null 2>&1 || true
+}
+
+link_debian_packages() {
+  local binary
+  for binary in etcd containerd containerd-shim-runc-v2 ctr runc; do
     ln -sfn "$(command -v "$binary")" "$bin/$binary"
   done
   ln -sfn /usr/lib/cni "$set_dir/cni"
 }
 
-step=0
-for entry in "${TOOLS[@]}"; do
-  IFS='|' read -r name binaries what build <<<"$entry"
-  step=$((step + 1))
-  dir=$tools/$name
-  if [[ -f $dir/PROVENANCE ]]; then
-    say "(${step}/${#TOOLS[@]}) $what: cached"
-  else
-    say "(${step}/${#TOOLS[@]}) $what: building"
-    work=$(mktemp -d "$tools/.work-$name.XXXXXX")
-    out=$work/out
-    mkdir -p "$out/bin"
-    with_progress "$what" "$tools/$name.log" "$build"
-    rm -rf "$dir" && mv "$out" "$dir" && rm -rf "$work"
-    say "(${step}/${#TOOLS[@]}) $what: done"
-  fi
-  sed 's/^/    /' "$dir/PROVENANCE" >&2
-  for binary in $binaries; do
-    [[ -x $dir/bin/$binary ]] || { say "FAILED: $dir/bin/$binary is missing"; exit 1; }
+# The key of a tool's directory: a hash of its build function, of every function it calls (to the
+# end of the chain) and of the values of the upper-case variables they read (PD_* overrides say
+# where things are, not what is built). Nothing else: an unrelated change rebuilds nothing.
+recipe_key() {
+  local text seen=" $1 " grew=1 name variable
+  text=$(declare -f "$1")
+  while ((grew)); do
+    grew=0
+    for name in $(compgen -A function); do
+      [[ $seen == *" $name "* ]] && continue
+      if grep -qw -- "$name" <<<"$text"; then
+        text+=$'\n'$(declare -f "$name")
+        seen+="$name "
+        grew=1
+      fi
+    done
   done
+  for variable in $(grep -oE '[$][{]?[A-Z][A-Z0-9_]*' <<<"$text" | tr -d '{' | cut -c2- | sort -u); do
+    [[ $variable == PD_* ]] || text+=$'\n'"$variable=${!variable-}"
+  done
+  sha256sum <<<"$text" | cut -c1-12
+}
+
+KUBERNETES_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet"
+# One entry per tool: name, binaries, what to print, build function, and the tool whose compiled
+# packages it reuses (it starts once that one is done). Longest builds first.
+TOOLS=(
+  "pulumi-$PULUMI_VERSION|pulumi|pulumi CLI v$PULUMI_VERSION|build_pulumi|"
+  "pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION|pulumi-resource-kubernetes|kubernetes provider v$KUBERNETES_PROVIDER_VERSION|build_kubernetes_provider|"
+  "kubernetes-$KUBERNETES_VERSION|$KUBERNETES_BINARIES|${KUBERNETES_BINARIES// /, } v$KUBERNETES_VERSION|build_kubernetes|"
+  "trainer-$TRAINER_VERSION|trainer-controller-manager|Kubeflow Trainer controller manager v$TRAINER_VERSION|build_trainer|"
+  "pulumi-resource-docker-$DOCKER_PROVIDER_VERSION|pulumi-resource-docker|docker provider v$DOCKER_PROVIDER_VERSION|build_docker_provider|"
+  "coredns-$COREDNS_VERSION|coredns|CoreDNS v$COREDNS_VERSION (kubernetes plugin)|build_coredns|"
+  "jobset-$JOBSET_VERSION|jobset|JobSet controller v$JOBSET_VERSION|build_jobset|trainer-$TRAINER_VERSION"
+  "kwok-$KWOK_VERSION|kwok|kwok v$KWOK_VERSION|build_kwok|"
+  "training-operator-$TRAINING_OPERATOR_VERSION|training-operator|training-operator v$TRAINING_OPERATOR_VERSION|build_training_operator|"
+  "pulumi-language-python|pulumi-language-python pulumi-language-python-exec|Python language host (pulumi $PULUMI_VERSION)|build_language_python|pulumi-$PULUMI_VERSION"
+  "pause-image-$PAUSE_IMAGE_VERSION||sandbox (pause) image, a static Go binary|build_pause|"
+  "init-image-$INIT_IMAGE_VERSION||the operator's init container image, Debian's busybox|build_init_image|"
+)
+declare -A tool_dir tool_what tool_binaries tool_build tool_after
+order=()
+for entry in "${TOOLS[@]}"; do
+  IFS='|' read -r name binaries what build after <<<"$entry"
+  order+=("$name")
+  tool_dir[$name]=$tools/$name-$(recipe_key "$build")
+  tool_what[$name]=$what
+  tool_binaries[$name]=$binaries
+  tool_build[$name]=$build
+  tool_after[$name]=$after
 done
+# The set of tools this script assembles, and where its bin directory lives.
+set_key=$(for name in "${order[@]}"; do echo "${tool_dir[$name]##*/}|${tool_binaries[$name]}"; done |
+  sha256sum | cut -c1-16)
+set_dir=$cache/sets/$set_key
+bin=$set_dir/bin
+
+if [[ ${1:-} == --print ]]; then
+  echo "$bin"
+  exit 0
+fi
+
+jobs=${PD_E2E_BUILD_JOBS:-2}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || {
+  say "PD_E2E_BUILD_JOBS must be a whole number of builds at once (1 or more), not '$jobs'"
+  exit 2
+}
+mkdir -p "$tools" "$cache/sets"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+# Two builds at once (two checkouts, a suite and a user) would race on the same directories.
+exec 9>"$cache/.lock"
+if ! flock --nonblock 9; then
+  say "another e2e-tools build holds $cache/.lock; waiting for it"
+  flock 9
+fi
+
+record() {
+  [[ -z ${PD_TIMINGS_FILE:-} ]] || printf 'e2e tool %s\t%s\t%s\n' "$1" "$2" "$3" >>"$PD_TIMINGS_FILE"
+}
+
+# One tool's build, in a subshell of its own: scratch space, the build function with its output in
+# the tool's log, then the result moved into place whole (an interrupted build leaves no tool).
+build_tool() {
+  local name=$1 dir=${tool_dir[$1]}
+  work=$(mktemp -d "$tools/.work-$name.XXXXXX")
+  out=$work/out
+  mkdir -p "$out/bin"
+  "${tool_build[$name]}" >"$dir.log" 2>&1 || exit 1
+  rm -rf "$dir" && mv "$out" "$dir" && rm -rf "$work"
+}
+
+install_debian_packages
+declare -A running started_at finished
+pending=()
+for name in "${order[@]}"; do
+  if [[ -f ${tool_dir[$name]}/PROVENANCE ]]; then
+    finished[$name]=1
+    say "${tool_what[$name]}: cached"
+    record "$name" 0 cached
+  else
+    pending+=("$name")
+  fi
+done
+# However this script ends, no build of its own goes on (each runs in a process group of its own).
+stop_builds() {
+  local pid
+  for pid in "${running[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+}
+trap stop_builds EXIT
+last_progress=$SECONDS
+while ((${#pending[@]} + ${#running[@]})); do
+  for name in "${!running[@]}"; do
+    kill -0 "${running[$name]}" 2>/dev/null && continue
+    if ! wait "${running[$name]}"; then
+      unset "running[$name]"
+      say "FAILED: ${tool_what[$name]}; last lines of ${tool_dir[$name]}.log:"
+      tail -n 40 "${tool_dir[$name]}.log" >&2
+      exit 1
+    fi
+    unset "running[$name]"
+    finished[$name]=1
+    seconds=$((SECONDS - started_at[$name]))
+    say "${tool_what[$name]}: built in ${seconds}s"
+    record "$name" "$seconds" built
+  done
+  waiting=()
+  for name in ${pending[@]+"${pending[@]}"}; do
+    after=${tool_after[$name]}
+    if ((${#running[@]} < jobs)) && [[ -z $after || -n ${finished[$after]:-} ]]; then
+      say "${tool_what[$name]}: building (log: ${tool_dir[$name]}.log)"
+      started_at[$name]=$SECONDS
+      set -m
+      build_tool "$name" &
+      running[$name]=$!
+      set +m
+    else
+      waiting+=("$name")
+    fi
+  done
+  pending=(${waiting[@]+"${waiting[@]}"})
+  if ((SECONDS - last_progress >= 60 && ${#running[@]})); then
+    say "  ... still building: ${!running[*]}"
+    last_progress=$SECONDS
+  fi
+  ((${#pending[@]} + ${#running[@]})) && sleep 1
+done
+trap - EXIT
 
 # The set: a bin directory with every tool's binaries, and their data beside it. The CLI and its
 # language host are hard links side by side, as in Pulumi's release archive, so the CLI finds the
 # host next to itself; the providers go to providers/, off PATH, for `pulumi plugin install
 # --file` (the CLI warns about any plugin it finds on PATH instead).
 mkdir -p "$bin" "$set_dir/providers"
-for entry in "${TOOLS[@]}"; do
-  dir=$tools/${entry%%|*}
+for name in "${order[@]}"; do
+  dir=${tool_dir[$name]}
+  sed 's/^/    /' "$dir/PROVENANCE" >&2
+  for binary in ${tool_binaries[$name]}; do
+    [[ -x $dir/bin/$binary ]] || { say "FAILED: $dir/bin/$binary is missing"; exit 1; }
+  done
   for path in "$dir"/bin/*; do
     [[ -e $path ]] || continue # a tool of data only (share/)
-    name=$(basename "$path")
-    target=$bin/$name
-    [[ $name == pulumi-resource-* ]] && target=$set_dir/providers/$name
+    binary=$(basename "$path")
+    target=$bin/$binary
+    [[ $binary == pulumi-resource-* ]] && target=$set_dir/providers/$binary
     ln -f "$path" "$target" 2>/dev/null || cp -f "$path" "$target"
   done
   if [[ -d $dir/share ]]; then
     for path in "$dir"/share/*; do ln -sfn "$path" "$set_dir/$(basename "$path")"; done
   fi
 done
-install_etcd
-install_node_runtime
+link_debian_packages
 say "tools ready in $bin"
 echo "$bin"

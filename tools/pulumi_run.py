@@ -510,6 +510,13 @@ def event_log_path(argv: Sequence[str]) -> Path | None:
     return None
 
 
+def event_log_environment() -> dict[str, str]:
+    """The CLI's environment with what `--event-log` needs: pulumi 3.260 hides the flag unless
+    PULUMI_DEBUG_COMMANDS is true ("unknown flag: --event-log" otherwise), and the Automation API
+    sets it for the CLI it runs in the same way. Set for the child only: a user sets nothing."""
+    return {**os.environ, "PULUMI_DEBUG_COMMANDS": "true"}
+
+
 @contextlib.contextmanager
 def forwarded_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
     """SIGTERM, SIGHUP and SIGQUIT reach pulumi as if this process were it (the script used to
@@ -542,7 +549,7 @@ def run_logged(argv: Sequence[str]) -> tuple[int, list[Failure]]:
         own_log = event_log = Path(name)
         argv += [EVENT_LOG_FLAG, name]
     try:
-        child = subprocess.Popen(argv)
+        child = subprocess.Popen(argv, env=event_log_environment())
         with forwarded_signals(child):
             returncode = child.wait()
         return returncode, failures(event_log) if returncode != 0 else []

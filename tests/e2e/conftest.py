@@ -38,6 +38,7 @@ from pulumi.automation import EngineEvent
 from components.settings import PROJECT, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
 from tests.support.control_plane import ControlPlane, build_tools, create_hostpath_storage
+from tests.support.timings import ModuleTimings
 
 PASSPHRASE = "e2e-passphrase-not-a-secret"
 # Unique enough that finding it anywhere in outputs or state means it leaked.
@@ -102,6 +103,26 @@ def cluster(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> I
     assert toolchain.bin_dir is not None
     with ControlPlane(toolchain.bin_dir, tmp_path_factory.mktemp("control-plane")) as plane:
         yield Cluster(plane.kubeconfig, plane)
+
+
+MODULE_TIMINGS = ModuleTimings()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each module's seconds for .ci/run's timing table (tests/support/timings.py)."""
+    started = time.monotonic()
+    yield
+    MODULE_TIMINGS.add(item.path.name, time.monotonic() - started)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        MODULE_TIMINGS.fail(Path(report.fspath).name)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    MODULE_TIMINGS.write("e2e module")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

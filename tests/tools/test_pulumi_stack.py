@@ -28,9 +28,13 @@ DATA = Path(__file__).resolve().parent / "data"
 FAKE_PULUMI = f"""#!{sys.executable}
 # Stand-in for the Pulumi CLI: records each call; `whoami` fails (not logged in); `stack export`
 # prints $PULUMI_EXPORT; `import --file` records the file; the command named by $PULUMI_FAIL
-# writes $PULUMI_FAIL_EVENT to its --event-log and fails.
+# writes $PULUMI_FAIL_EVENT to its --event-log and fails. Like pulumi 3.260, it knows no
+# --event-log flag unless PULUMI_DEBUG_COMMANDS is true.
 import os, sys
 args = sys.argv[1:]
+if "--event-log" in args and os.environ.get("PULUMI_DEBUG_COMMANDS") != "true":
+    print("error: unknown flag: --event-log", file=sys.stderr)
+    sys.exit(255)
 with open(os.environ["PULUMI_CALLS"], "a") as calls:
     calls.write(" ".join(args) + " | backend=" + os.environ.get("PULUMI_BACKEND_URL", "") + "\\n")
 if args[0] == "whoami":
