@@ -19,4 +19,3 @@ def test_rows_sum_each_modules_seconds_in_the_order_they_ran(tmp_path: Path) -> 
         "e2e module test_b.py\t4\tpassed",
         "e2e module test_a.py\t3\tFAILED",
     ]
-
