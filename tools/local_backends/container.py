@@ -153,15 +153,16 @@ def fs_group(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -
 
 
 def give_to_fs_group(directory: Path, group: int) -> None:
-    """What the kubelet does to a pod's volume for its fsGroup, with `OnRootMismatch`: unless the
-    directory already belongs to `group`, group-writable and setgid, everything in it becomes the
-    group's, readable and writable by it, each directory handing the group on (setgid).
-    ContainerBackendError, one line, when this user may not change it."""
-    wanted = stat.S_ISGID | stat.S_IRWXG
+    """What the kubelet does to a pod's volume for its fsGroup with `OnRootMismatch`
+    (pkg/volume/volume_linux.go): unless the directory already belongs to `group` with mode
+    rwxrwx and setgid, everything in it becomes the group's, files gain rw-rw- and directories
+    rwxrwx and setgid (what is made in them is the group's too). ContainerBackendError, one
+    line, when this user may not change it."""
+    files, directories = 0o660, 0o2770
 
     def settled(path: Path) -> bool:
         status = path.stat()
-        return status.st_gid == group and status.st_mode & wanted == wanted
+        return status.st_gid == group and status.st_mode & directories == directories
 
     if settled(directory):
         return
@@ -170,7 +171,7 @@ def give_to_fs_group(directory: Path, group: int) -> None:
             if path.is_symlink():
                 continue
             os.chown(path, -1, group)
-            extra = wanted if path.is_dir() else stat.S_IRGRP | stat.S_IWGRP
+            extra = directories if path.is_dir() else files
             path.chmod(stat.S_IMODE(path.stat().st_mode) | extra)
     except PermissionError as error:
         raise ContainerBackendError(
