@@ -8,8 +8,8 @@ own (the PyTorchJob, a TrainJob's Job) and the job sits there: `pulumi up` repor
 with `job.waitFor: running`, times out half an hour later. A pod created with `dryRun` goes
 through the same admission and persists nothing, so the hook creates each distinct pod the job's
 API says the controller will make (`JobApi.pods`), in dry-run, and fails the create with the API
-server's own reason in one line when it is refused: `pulumi up` stops in seconds, and no job is
-left behind.
+server's own reason in one line when a policy refuses it (`POLICY_REFUSALS`): `pulumi up` stops
+in seconds, and no job is left behind.
 
 What it cannot see: what the controller adds to the pods (the training operator's init
 container, components/job_apis/pytorchjob.py), and the cluster's own ClusterTrainingRuntime
@@ -31,9 +31,12 @@ import pulumi
 from components.job_apis import api_of_kind
 from components.job_watch import JobWatchError, api_client, api_error_reason, api_errors
 
-# How RBAC words its refusal ("User \"x\" cannot create resource \"pods\" ..."): the caller may
-# not create pods at all, which says nothing about the pods' admission.
-RBAC_REFUSAL = "cannot create resource"
+# How a policy's refusal reads: Pod Security's, an admission webhook's (Kyverno, Gatekeeper), a
+# ValidatingAdmissionPolicy's. Such a refusal holds until the pods or the policy change; other
+# refusals (RBAC on the caller, a full ResourceQuota, a namespace without its service account
+# yet) say nothing of the pods, or pass, and the controller retries them: those the hook only
+# reports.
+POLICY_REFUSALS = ("violates PodSecurity", "denied the request", "denied request")
 
 
 class PodAdmissionError(RuntimeError):
@@ -95,7 +98,7 @@ class PodAdmission:
             except api_errors() as error:
                 status = getattr(error, "status", None)
                 reason = api_error_reason(error)
-                if status == 403 and RBAC_REFUSAL not in reason:
+                if any(words in reason for words in POLICY_REFUSALS):
                     raise PodAdmissionError(
                         f"{self.title}: the namespace refuses its pods, so the job was not "
                         f"created: {reason} (the pods' user comes from job.securityContext and "

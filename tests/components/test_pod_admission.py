@@ -87,6 +87,17 @@ def test_admitted_pods_let_the_create_go_on_in_silence() -> None:
     assert len(server.created) == 1 and said == []
 
 
+def test_a_policy_webhooks_refusal_stops_the_create_too() -> None:
+    admission, job = admission_of(load_stack_file("dev", REPO_ROOT))
+    denied = refusal(
+        400,
+        'admission webhook "validate.kyverno.svc-fail" denied the request: resource Pod/default/'
+        "x was blocked due to the following policies: require-labels",
+    )
+    with pytest.raises(PodAdmissionError, match=r"denied the request: resource Pod/default/x"):
+        admission.check(job, Server(denied), [].append)
+
+
 def test_a_refusal_by_admission_stops_the_create_with_the_api_servers_reason() -> None:
     values = {"image": {"build": False, "ref": IMAGE}, "job": {"name": "ddp", "runAsRoot": True}}
     admission, job = admission_of(parse_settings(values))
@@ -114,10 +125,18 @@ def test_a_refusal_by_admission_stops_the_create_with_the_api_servers_reason() -
             ),
             '(403: pods is forbidden: User "ci" cannot create resource "pods"',
         ),
+        (
+            refusal(
+                403,
+                'pods "x" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=1, '
+                "used: nvidia.com/gpu=8, limited: nvidia.com/gpu=8",
+            ),
+            '(403: pods "x" is forbidden: exceeded quota: gpu',
+        ),
         (refusal(500, "etcdserver: request timed out"), "(500: etcdserver: request timed out)"),
         (MaxRetryError(None, "/api/v1"), "(MaxRetryError: "),  # type: ignore[arg-type]
     ],
-    ids=["rbac", "server-error", "unreachable"],
+    ids=["rbac", "quota", "server-error", "unreachable"],
 )
 def test_a_check_that_cannot_be_made_is_said_and_the_create_goes_on(
     error: BaseException, why: str
