@@ -37,6 +37,8 @@ from components.job_watch import JobWatchError, api_client, api_error_reason, ap
 # yet) say nothing of the pods, or pass, and the controller retries them: those the hook only
 # reports.
 POLICY_REFUSALS = ("violates PodSecurity", "denied the request", "denied request")
+# A dry run answers at once; an API server that does not (a dropped connection) is not waited on.
+DRY_RUN_TIMEOUT_S = 30
 
 
 class PodAdmissionError(RuntimeError):
@@ -116,7 +118,9 @@ class PodAdmission:
         from kubernetes import client
 
         core = client.CoreV1Api(api_client(self.kube_context))
-        return lambda pod: core.create_namespaced_pod(self.namespace, pod, dry_run="All")
+        return lambda pod: core.create_namespaced_pod(
+            self.namespace, pod, dry_run="All", _request_timeout=DRY_RUN_TIMEOUT_S
+        )
 
 
 class PodAdmissionHook:

@@ -38,8 +38,9 @@ Least privilege (components/manifests.py): the pods' and the `node` container's 
 go in the runtime patch, so they hold on the cluster's runtime too; the service account token is
 kept out by the stack's TrainingRuntime (`automountServiceAccountToken: false`), and on the
 cluster's runtime (`job.clusterRuntime`) by whatever that runtime says. Neither Trainer v2.3.0
-nor JobSet v0.12.0 adds a container to the `node` pods (Trainer appends init containers only for
-the runtime's dataset and model initializer jobs, which the stack's runtime has none of).
+nor JobSet v0.12.0 adds a container to the `node` pods of a torch runtime: their containers are
+the runtime's and the patch's (Trainer appends init containers only under its Flux policy,
+`plugins/flux`).
 
 The TrainingRuntime the stack declares (unless `job.clusterRuntime` names the cluster's) holds
 what a PyTorchJob's replica spec and run policy hold: the pods' restart policy (`ExitCode`
