@@ -28,7 +28,7 @@ from typing import Any
 
 import pulumi
 
-from components.job_apis import api_of_kind
+from components.job_apis import JobApiError, api_of_kind
 from components.job_watch import JobWatchError, api_client, api_error_reason, api_errors
 
 # How a policy's refusal reads: Pod Security's, an admission webhook's (Kyverno, Gatekeeper), a
@@ -94,7 +94,12 @@ class PodAdmission:
     ) -> None:
         """`create` (a dry run) each probe pod; PodAdmissionError on the first one admission
         refuses; `log(message)` says why the check could not be made, when it cannot."""
-        for pod in self.probe_pods(job):
+        try:
+            probes = self.probe_pods(job)
+        except (JobApiError, KeyError, TypeError) as error:  # a job its API cannot read
+            log(f"{self.title}: cannot tell its pods ({error}); creating it unchecked")
+            return
+        for pod in probes:
             try:
                 create(pod)
             except api_errors() as error:

@@ -150,3 +150,14 @@ def test_a_check_that_cannot_be_made_is_said_and_the_create_goes_on(
         "admits the job's pods "
     )
     assert why in line and line.endswith("creating it unchecked")
+
+
+def test_a_job_whose_pods_cannot_be_told_is_created_unchecked() -> None:
+    admission, job = admission_of(load_stack_file("dev", REPO_ROOT))
+    server, said = Server(), []
+    admission.check({**job, "spec": {}}, server, said.append)
+    assert server.created == []
+    assert said == [
+        "PyTorchJob default/ddp-dev: cannot tell its pods (spec.pytorchReplicaSpecs is missing "
+        "or empty); creating it unchecked"
+    ]
