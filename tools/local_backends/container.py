@@ -13,6 +13,8 @@ What a pod gets on the cluster, given to a container here:
   container's restrictions (`allowPrivilegeEscalation: false` as `no-new-privileges`, dropped
   capabilities as `--cap-drop`), and the checkpoint root given to the pod's fsGroup first, as the
   kubelet gives it the claim (`give_to_fs_group`), so the image's non-root user can write it;
+  under rootless podman the pod's user is this user instead (`--userns keep-id`), which owns the
+  root already;
 * rank 0 reachable by its name (`<job>-master-0`, a TrainJob's `<job>-node-0-0.<job>`): every
   container shares the host's
   network (`--network host`, so all traffic stays on loopback and no container bridge or private
@@ -87,6 +89,12 @@ class Engine:
             return [self.name, "--runtime", self.runtime]
         return [self.name]
 
+    @property
+    def rootless(self) -> bool:
+        """podman run by a user other than root: the containers' ids are that user's
+        subordinate ones, but for the one `--userns keep-id` maps to the user."""
+        return self.name == "podman" and os.geteuid() != 0
+
 
 def resolve_engine(name: str | None, runtime: str | None) -> Engine:
     """The engine asked for (`--engine`), else podman, else docker, whichever is installed."""
@@ -124,14 +132,21 @@ def _shm_size(template: Mapping[str, Any]) -> str:
     return DEFAULT_SHM_SIZE
 
 
-def identity_options(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+def identity_options(
+    template: Mapping[str, Any], container: Mapping[str, Any], *, rootless: bool = False
+) -> list[str]:
     """The engine's options for what the kubelet makes of the pod's and the container's
-    securityContext: the user and groups, no new privileges, the dropped capabilities."""
+    securityContext: the user and groups, no new privileges, the dropped capabilities. Rootless,
+    the pod's user and group are this user's own ids (`keep-id`), so the checkpoint root, this
+    user's, is theirs in the container and what they write is this user's."""
     pod = template["spec"].get("securityContext") or {}
     own = container.get("securityContext") or {}
     options: list[str] = []
     user = own.get("runAsUser", pod.get("runAsUser"))
     group = own.get("runAsGroup", pod.get("runAsGroup"))
+    if user is not None and rootless:
+        mapped = f"uid={user}" + (f",gid={group}" if group is not None else "")
+        options += ["--userns", f"keep-id:{mapped}"]
     if user is not None:
         options += ["--user", f"{user}:{group}" if group is not None else str(user)]
     if pod.get("fsGroup") is not None:
@@ -229,7 +244,7 @@ def replica_commands(
             # The supervisor's per-replica tag (set in the engine's own environment) goes in too.
             "--env",
             REPLICA_TAG,
-            *identity_options(template, container),
+            *identity_options(template, container, rootless=engine.rootless),
         ]
         for key, value in {**env, **(extra_env or {})}.items():
             argv += ["--env", f"{key}={value}"]
@@ -381,9 +396,10 @@ class ContainerBackend:
     def prepare(
         self, job: Mapping[str, Any], checkpoint_root: Path, runtime: Mapping[str, Any] | None
     ) -> None:
-        """The checkpoint root given to the pods' fsGroup, as the kubelet gives them the claim."""
+        """The checkpoint root given to the pods' fsGroup, as the kubelet gives them the claim
+        (rootless, it is the pods' user's own already: see `identity_options`)."""
         group = fs_group(job, runtime)
-        if group is not None:
+        if group is not None and not resolve_engine(self._engine_name, self._runtime).rootless:
             give_to_fs_group(checkpoint_root, group)
 
     def record(self, commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:

@@ -66,6 +66,21 @@ def test_root_is_root_in_the_container_too(tmp_path: Path) -> None:
         assert option(argv, "--cap-drop") == ["ALL"]
 
 
+def test_rootless_the_pods_user_is_this_users_own_ids() -> None:
+    """Rootless podman: the pod's user and group map to this user, who owns the checkpoint root
+    (and so no group needs to be given it)."""
+    template = {"spec": {"securityContext": {"runAsUser": 5, "runAsGroup": 6, "fsGroup": 6}}}
+    assert identity_options(template, {}, rootless=True)[:4] == [
+        "--userns",
+        "keep-id:uid=5,gid=6",
+        "--user",
+        "5:6",
+    ]
+    assert "--userns" not in identity_options(template, {})
+    assert container.Engine("podman").rootless is (os.geteuid() != 0)
+    assert container.Engine("docker").rootless is False
+
+
 def test_a_containers_own_user_wins_over_the_pods() -> None:
     template = {"spec": {"securityContext": {"runAsUser": 5, "runAsGroup": 6}}}
     assert identity_options(template, {"securityContext": {"runAsUser": 7}}) == ["--user", "7:6"]
