@@ -48,6 +48,21 @@ def api_errors() -> tuple[type[Exception], ...]:
     return ApiException, HTTPError, OSError
 
 
+def api_error_reason(error: BaseException) -> str:
+    """The API server's reason for a refusal in one line (its Status `message`, e.g. Pod
+    Security's "violates PodSecurity ..."), else the error's own words."""
+    body = getattr(error, "body", None)
+    if body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            return " ".join(str(message).split())
+    reason = getattr(error, "reason", None)
+    return " ".join(str(reason or error).split())
+
+
 def api_client(context: str | None) -> Any:
     """An ApiClient for `context` of the kubeconfig the Kubernetes provider would read."""
     from kubernetes import config

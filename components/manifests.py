@@ -8,6 +8,15 @@ reference, the registry password) may be Pulumi Outputs; they only ever appear a
 What belongs to one job API (the job's own object, its container name and ports, its pod names)
 is in that API's module, components/job_apis/; this module builds what every API shares: the
 pull Secret, the claim and the pod template.
+
+Least privilege (issue 31): every pod the stack makes (each job API's pods, `make checkpoint`'s
+reader) meets Pod Security "restricted" and gets no API access: `pod_security_context` and
+`container_security_context` are its one statement, and `automountServiceAccountToken: false`
+keeps the service account's token out of the pods (training never talks to the API server, and
+a compromised dependency in the image would otherwise hold that token). Running as root is only
+ever `job.runAsRoot: true`; the rest (no privilege escalation, no capabilities, the runtime's
+seccomp profile, no token) holds for root too. What the controllers add to the pods is their job
+API's business (the training operator's init container: components/job_apis/pytorchjob.py).
 """
 
 from __future__ import annotations
@@ -199,6 +208,33 @@ def omp_threads(settings: StackSettings) -> int:
     return max(1, math.floor(cores / settings.job.nproc_per_node))
 
 
+# Pod Security "restricted" lets pods choose no other: the container runtime's default filter.
+SECCOMP_PROFILE = {"type": "RuntimeDefault"}
+# The kubelet changes the claim's ownership to fsGroup only when the claim's root directory does
+# not already have it: once, instead of walking a checkpoint directory of terabytes at each start.
+FS_GROUP_CHANGE_POLICY = "OnRootMismatch"
+
+
+def pod_security_context(settings: StackSettings) -> dict[str, Any]:
+    """The pods' securityContext: a numeric user (root only with `job.runAsRoot`), its group,
+    the claim's group, and the runtime's seccomp profile (what "restricted" asks of a pod)."""
+    job = settings.job
+    return {
+        "runAsNonRoot": not job.run_as_root,
+        "runAsUser": job.run_as_user,
+        "runAsGroup": job.security_context.run_as_group,
+        "fsGroup": job.security_context.fs_group,
+        "fsGroupChangePolicy": FS_GROUP_CHANGE_POLICY,
+        "seccompProfile": dict(SECCOMP_PROFILE),
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """Every container's securityContext: what "restricted" asks of each container (these have
+    no pod-level field), for root too."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _container(
     settings: StackSettings, image: Any, *, name: str, ports: list[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -223,6 +259,7 @@ def _container(
             {"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
         ],
+        "securityContext": container_security_context(),
     }
 
 
@@ -265,6 +302,8 @@ def pod_template(
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
         ],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": pod_security_context(settings),
+        "automountServiceAccountToken": False,
     }
     if names.pull_secret is not None:
         spec["imagePullSecrets"] = [{"name": names.pull_secret}]
@@ -336,6 +375,7 @@ def checkpoint_reader_pod_manifest(
                     }
                 ],
                 "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                "securityContext": container_security_context(),
             }
         ],
         "volumes": [
@@ -350,6 +390,11 @@ def checkpoint_reader_pod_manifest(
         "restartPolicy": "Never",
         "activeDeadlineSeconds": deadline_seconds,
         "terminationGracePeriodSeconds": 0,
+        # The job's user and groups: it reads what the job wrote (files the trainer creates are
+        # readable by all; a claim written by someone else must be readable by this user). The
+        # claim is mounted read-only, so the kubelet changes no ownership for it.
+        "securityContext": pod_security_context(settings),
+        "automountServiceAccountToken": False,
     }
     if pull_secret is not None:
         spec["imagePullSecrets"] = [{"name": pull_secret}]

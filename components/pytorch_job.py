@@ -6,6 +6,9 @@ pods when the template changes, so an in-place update would silently do nothing.
 new one (`delete_before_replace`, since the name is fixed). Checkpoints live on the claim, so the
 new job resumes from the last one.
 
+Before the job is created, a hook asks the API server whether the namespace admits its pods
+(components/pod_admission.py: a namespace that enforces Pod Security "restricted" refuses a
+`job.runAsRoot` job's pods) and fails `pulumi up` with the API server's reason when it does not.
 With `job.waitFor` running or succeeded, the job's resource hooks (components/job_outcome.py) keep
 `pulumi up` until the job runs or ends, and fail it when the job fails.
 """
@@ -20,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from components.job_apis import api_of_kind
 from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
+from components.pod_admission import PodAdmission, PodAdmissionHook
 from components.previous_run import PreviousRun, PreviousRunHook
 from components.settings import JobSettings
 
@@ -32,12 +36,22 @@ def watched_job(
     kube_context: str | None,
     depends_on: Sequence[pulumi.Resource],
     parent: pulumi.Resource,
+    runtime: Mapping[str, Any] | None = None,
 ) -> tuple[k8s.apiextensions.CustomResource, pulumi.Output[str]]:
-    """The job's custom resource, replaced (delete first) on any change of its spec and watched
-    by the hooks `job.waitFor` asks for; and its name, known once the hooks let it be (a failed
-    job fails the program there). Shared by every job API's component."""
+    """The job's custom resource, replaced (delete first) on any change of its spec, its pods'
+    admission checked before it is created (with `runtime`, the TrainingRuntime the stack
+    declares for it), and watched by the hooks `job.waitFor` asks for; and its name, known once
+    the hooks let it be (a failed job fails the program there). Shared by every job API's
+    component."""
     metadata = manifest["metadata"]
-    before_create: list[pulumi.ResourceHook] = []
+    admission = PodAdmission(
+        namespace=metadata["namespace"],
+        name=metadata["name"],
+        kind=manifest["kind"],
+        kube_context=kube_context,
+        runtime=runtime,
+    )
+    before_create: list[pulumi.ResourceHook] = [PodAdmissionHook(name, admission).hook]
     if api_of_kind(manifest["kind"]).run_object is not None:
         previous = PreviousRun(
             namespace=metadata["namespace"],

@@ -160,6 +160,12 @@ def _dns_label(max_length: int) -> Any:
 
 
 Integer = Annotated[int, BeforeValidator(_integer), Allowed("expected an integer")]
+UserId = Annotated[
+    int,
+    BeforeValidator(_integer),
+    Allowed("expected a numeric user id other than root's 0 (job.runAsRoot: true says root):"),
+]
+GroupId = Annotated[int, BeforeValidator(_integer), Allowed("expected a numeric group id:")]
 Boolean = Annotated[bool, BeforeValidator(_boolean), Allowed("expected true or false")]
 Text = _matching(r"\S", "expected a non-empty string")
 DnsLabel = _dns_label(63)

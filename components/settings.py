@@ -48,6 +48,7 @@ from components.setting_values import (
     Boolean,
     CleanPodPolicy,
     DnsLabel,
+    GroupId,
     ImageBuilder,
     ImagePlatform,
     ImageRef,
@@ -66,6 +67,7 @@ from components.setting_values import (
     Secret,
     TaskRef,
     Text,
+    UserId,
     WaitFor,
     is_loopback,
     is_pinned,
@@ -92,6 +94,13 @@ MAX_GPUS_PER_NODE = 16
 # Under restartPolicy ExitCode the operator recreates a pod that exits 128 or more without ever
 # counting it against backoffLimit (kubeflow/trainer#2045): only the job's deadline ends that.
 EXIT_CODE_DEADLINE_SECONDS = 7 * 24 * 3600
+# The trainer image's own user and group (trainer/Dockerfile's USER; a test checks they agree):
+# numeric, so the kubelet can check `runAsNonRoot` without reading the image's /etc/passwd, and
+# above the ids distributions give their own accounts and people (so no base image has it).
+TRAINER_UID = 10001
+TRAINER_GID = 10001
+# Linux ids are 32-bit; Kubernetes takes runAsUser, runAsGroup and fsGroup up to 2^31 - 1.
+MAX_ID = 2**31 - 1
 
 
 class SettingsError(ValueError):
@@ -239,6 +248,21 @@ class ElasticSettings(_Settings):
 
 
 @dataclass(frozen=True, config=_CONFIG)
+class SecurityContextSettings(_Settings):
+    """Who the job's processes are (Pod Security "restricted" wants a numeric non-root user)."""
+
+    run_as_user: UserId | None = Field(None, ge=1, le=MAX_ID)
+    """the pods' user (`runAsUser`, with `runAsNonRoot`); unset: `10001`, the trainer image's
+    own; another image's non-root user if it needs its own"""
+    run_as_group: GroupId = Field(TRAINER_GID, ge=0, le=MAX_ID)
+    """the pods' primary group (`runAsGroup`)"""
+    fs_group: GroupId = Field(TRAINER_GID, ge=0, le=MAX_ID)
+    """the group that owns the checkpoint claim (`fsGroup`, with `fsGroupChangePolicy:
+    OnRootMismatch`: where the volume supports it, the kubelet makes the claim group-writable
+    once, not at every start)"""
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class JobSettings(_Settings):
     name: JobName = "pytorch-ddp"
     """names the job, its pods, the claim and the pull secret"""
@@ -297,11 +321,23 @@ class JobSettings(_Settings):
     """also a checkpoint every this many optimizer steps, mid-epoch too (unset: at epoch ends
     only); a lost pod then costs at most this many steps"""
     elastic: ElasticSettings | None = None
+    # Issue 31: least privilege.
+    security_context: SecurityContextSettings = Field(default_factory=dict, validate_default=True)
+    run_as_root: Boolean = False
+    """run the pods as root (uid 0) instead of `job.securityContext.runAsUser`, for an image that
+    needs it: Pod Security "restricted" refuses such pods, and the policy pack flags it"""
 
     @model_validator(mode="after")
-    def _elastic_fits(self, info: ValidationInfo) -> JobSettings:
+    def _keys_fit_together(self, info: ValidationInfo) -> JobSettings:
         if info.context is None:
             return self
+        _require(
+            not self.run_as_root or self.security_context.run_as_user is None,
+            "securityContext.runAsUser",
+            self.security_context.run_as_user,
+            "not with job.runAsRoot: true, which runs the pods as root (uid 0): leave one of "
+            "them out",
+        )
         trainjob = self.api == "trainjob"
         _require(
             trainjob or self.cluster_runtime is None,
@@ -342,6 +378,14 @@ class JobSettings(_Settings):
             "job.maxRestarts unset",
         )
         return self
+
+    @property
+    def run_as_user(self) -> int:
+        """The pods' user: root only when `runAsRoot` says so, else the configured one or the
+        trainer image's."""
+        if self.run_as_root:
+            return 0
+        return self.security_context.run_as_user or TRAINER_UID
 
     @property
     def workers(self) -> int:

@@ -54,6 +54,12 @@ class TrainJob(pulumi.ComponentResource):
             )
             dependencies.append(self.runtime)
         self.job, self.job_name = watched_job(
-            name, job, manifest, kube_context=kube_context, depends_on=dependencies, parent=self
+            name,
+            job,
+            manifest,
+            kube_context=kube_context,
+            depends_on=dependencies,
+            parent=self,
+            runtime=runtime,
         )
         self.register_outputs({"jobName": self.job_name})

@@ -14,6 +14,12 @@ on Ctrl-C, SIGTERM or an error (and the pod's own deadline ends it should this p
 killed first). A ReadWriteOnce claim that a running pod has mounted is read from that pod's
 node, the only one where it can be mounted too.
 
+The reader pod is as restricted as the job's pods and runs as the job's user and groups
+(`job.securityContext`, components/manifests.py): it reads what the trainer wrote (files
+readable by all, in directories of the claim's fsGroup). A claim written by someone else (an
+older run as root, another image's user) must be readable by that user: when it is not, the tool
+says so in one line with the file it could not read and what to set.
+
 Exit codes: 0 copied and verified; 1 the copy failed or does not match the manifest; 2 the stack,
 the claim or a flag is wrong (nothing was created); 130/143 interrupted.
 """
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from components.job_apis import api_of_settings
 from components.job_state import START_FAILURES
+from components.job_watch import api_error_reason
 from components.manifests import (
     checkpoint_reader_pod_manifest,
     resource_names,
@@ -223,6 +230,7 @@ class ReaderPod:
 
     def __init__(self, cluster: Cluster, settings: StackSettings, reader: Reader) -> None:
         self.cluster = cluster
+        self.settings = settings
         self.name = f"{settings.job.name}-checkpoint-reader-{secrets.token_hex(3)}"
         self.manifest = checkpoint_reader_pod_manifest(
             settings,
@@ -234,7 +242,15 @@ class ReaderPod:
         )
 
     def __enter__(self) -> ReaderPod:
-        self.cluster.core.create_namespaced_pod(self.cluster.namespace, self.manifest)
+        from kubernetes import client
+
+        try:
+            self.cluster.core.create_namespaced_pod(self.cluster.namespace, self.manifest)
+        except client.ApiException as error:
+            # Pod Security, a policy webhook or RBAC: the API server's reason, nothing created.
+            raise RetrieveError(
+                f"the API server refused reader pod {self.name}: {api_error_reason(error)}"
+            ) from None
         try:
             self._wait_running()
         except BaseException:
@@ -308,10 +324,28 @@ class ReaderPod:
             archive.extractall(out, filter="data")
         ws.close()
         if ws.returncode:
+            said = stdout.stderr.decode(errors="replace").strip()
             raise RetrieveError(
-                f"tar of {directory} in {self.name} failed ({ws.returncode}): "
-                + stdout.stderr.decode(errors="replace").strip()
+                unreadable(self.settings, said)
+                or f"tar of {directory} in {self.name} failed ({ws.returncode}): {said}"
             )
+
+
+def unreadable(settings: StackSettings, stderr: str) -> str | None:
+    """What to do when the reader may not read the claim (`stderr` of its command says
+    "Permission denied"): the files are another user's; None when that is not what happened."""
+    denied = [line.strip() for line in stderr.splitlines() if "Permission denied" in line]
+    if not denied:
+        return None
+    job = settings.job
+    who = f"user {job.run_as_user}, groups {job.security_context.run_as_group} and "
+    who += str(job.security_context.fs_group)
+    return (
+        f"the reader pod ({who}, as the job's pods: job.securityContext) may not read the "
+        f"claim: {denied[-1]}; the files are another user's (a run as root before the job ran "
+        "as non-root, another image's user) and not readable by all: set job.securityContext "
+        "to their owner's user or group, or job.runAsRoot: true where the namespace admits root"
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -335,14 +369,18 @@ def retrieve(
     directory = settings.checkpoint_dir
     with ReaderPod(cluster, settings, reader) as pod:
         say(f"reader pod {pod.name} mounts claim {resource_names(settings).claim} read-only")
+        listed = pod.run(["ls", "-1", "--", directory])
+        if listed[0] != 0 or MANIFEST not in listed[1].split():
+            raise RetrieveError(
+                unreadable(settings, listed[2])
+                or f"no committed checkpoint in {directory} on the claim yet"
+            )
         if reader.trainer_image:
             code, described, err = pod.run(["python3", "-m", "trainer.checkpoint", directory])
             if code != 0:
-                raise RetrieveError(err.strip().splitlines()[-1] if err.strip() else "failed")
+                last = err.strip().splitlines()[-1] if err.strip() else "failed"
+                raise RetrieveError(unreadable(settings, err) or last)
             say(described.strip())
-        listed = pod.run(["ls", "-1", "--", directory])
-        if listed[0] != 0 or MANIFEST not in listed[1].split():
-            raise RetrieveError(f"no committed checkpoint in {directory} on the claim yet")
         out.mkdir(parents=True, exist_ok=True)
         extras = [name for name in (MANIFEST, METRICS) if name in listed[1].split()]
         pod.copy_out(directory, extras, out)

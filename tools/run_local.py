@@ -391,6 +391,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     checkpoint_root.mkdir(parents=True, exist_ok=True)
+    try:
+        backend.prepare(job, checkpoint_root, runtime)
+    except ContainerBackendError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     checkpoint_dir = Path(
         PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
     )

@@ -17,7 +17,22 @@ Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies 
 - with `spec.elasticPolicy` it needs a Worker replica spec and injects PET_NNODES=min:max,
   PET_RDZV_ENDPOINT=`<job>-worker-0`:<the Worker's port>, PET_RDZV_BACKEND and PET_MAX_RESTARTS
   instead of a fixed node count and rank; an elastic job here is Workers only, as in the
-  operator's elastic examples (every pod is a torchrun agent of the c10d rendezvous).
+  operator's elastic examples (every pod is a torchrun agent of the c10d rendezvous);
+- into every Worker pod of a job with a Master (never into the Master's, nor into an elastic
+  job's), it appends an init container `init-pytorch` that loops on `nslookup <job>-master-0`
+  (`pkg/controller.v1/pytorch/initcontainer.go`, `setInitContainer`). It is made from a template
+  alone: the file `--pytorch-init-container-template-file` names (default
+  /etc/config/initContainer.yaml) if it exists, else the operator's built-in one. Nothing of the
+  pod template is copied into it, no securityContext either, and the built-in template sets none.
+  The pod's own securityContext still covers it (runAsNonRoot, runAsUser and runAsGroup,
+  seccompProfile: Pod Security "restricted" accepts them at pod level), but "restricted" also
+  wants `allowPrivilegeEscalation: false` and `capabilities.drop: [ALL]` on every container, init
+  containers included, and those have no pod-level field: in a namespace that enforces
+  "restricted", the API server refuses the Worker pods the operator makes from the built-in
+  template (the job's Master runs, and waits for Workers that never come; the operator records a
+  FailedCreatePod event on the job with the API server's reason, which `make status` shows). The
+  operator needs RESTRICTED_INIT_CONTAINER_TEMPLATE below as its template file (the README's
+  "Security" section says how); the real-node e2e plane runs it so.
 
 The environment: pure functions over the PyTorchJob dict, so a local run sees exactly what a pod
 on the cluster would see. The rules follow training-operator v1.9
@@ -62,6 +77,31 @@ if TYPE_CHECKING:
     from components.settings import StackSettings
 
 CONTAINER_NAME = "pytorch"
+# The training operator's built-in init container template (v1.9.4, initcontainer.go), with the
+# securityContext Pod Security "restricted" wants on every container; its Go template fields are
+# the operator's. For `--pytorch-init-container-template-file` (see the module docstring).
+RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  resources:
+    limits:
+      cpu: 100m
+      memory: 20Mi
+    requests:
+      cpu: 50m
+      memory: 10Mi
+  command:
+    - sh
+    - -c
+    - >-
+      err=1; for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break;
+      fi; echo waiting for master; sleep 2; done; exit $err
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: [ALL]
+"""
 MASTER_PORT = 23456
 PORT_NAME = "pytorchjob-port"
 # torchrun's rendezvous for elastic jobs: a TCP store on the first node's agent.

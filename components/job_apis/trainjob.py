@@ -10,8 +10,10 @@ this module relies on:
   `trainer.kubeflow.org/trainjob-ancestor-step: trainer` and whose pods have a container `node`;
 - `spec.trainer` sets that container's image, command, args and env (upserted after the
   runtime's), the pods' resources (`resourcesPerNode`), the number of pods (`numNodes`) and
-  `numProcPerNode`; `spec.runtimePatches` (one entry per `manager`) adds volumes, image pull
-  secrets, affinity, the grace period and volume mounts to the runtime's pod template;
+  `numProcPerNode`; `spec.runtimePatches` (one entry per `manager`, a strategic merge patch of
+  the runtime's JobSet spec) adds volumes, image pull secrets, affinity, the grace period, the
+  pod's and a container's `securityContext` and volume mounts to the runtime's pod template
+  (`PodSpecPatch`), but has no `automountServiceAccountToken`: that is the runtime's own;
 - `runtimeRef`, `trainer`, `activeDeadlineSeconds` and most patch fields are immutable
   (`self == oldSelf`): a changed spec replaces the TrainJob, as a changed PyTorchJob spec does;
 - the torch plugin injects into the `node` container PET_NNODES (numNodes), PET_NPROC_PER_NODE
@@ -31,6 +33,14 @@ this module relies on:
 - the TrainJob's conditions are Suspended, Complete and Failed; nothing says Running, so a
   TrainJob whose `numNodes` trainer pods all run is Running here (as a PyTorchJob is once its
   pods run).
+
+Least privilege (components/manifests.py): the pods' and the `node` container's securityContext
+go in the runtime patch, so they hold on the cluster's runtime too; the service account token is
+kept out by the stack's TrainingRuntime (`automountServiceAccountToken: false`), and on the
+cluster's runtime (`job.clusterRuntime`) by whatever that runtime says. Neither Trainer v2.3.0
+nor JobSet v0.12.0 adds a container to the `node` pods of a torch runtime: their containers are
+the runtime's and the patch's (Trainer appends init containers only under its Flux policy,
+`plugins/flux`).
 
 The TrainingRuntime the stack declares (unless `job.clusterRuntime` names the cluster's) holds
 what a PyTorchJob's replica spec and run policy hold: the pods' restart policy (`ExitCode`
@@ -111,7 +121,12 @@ def _runtime_spec(settings: StackSettings) -> dict[str, Any]:
     if "podFailurePolicy" in rules:
         job_spec["podFailurePolicy"] = rules["podFailurePolicy"]
     job_spec["template"] = {
-        "spec": {"restartPolicy": rules["restartPolicy"], "containers": [{"name": NODE}]}
+        "spec": {
+            "restartPolicy": rules["restartPolicy"],
+            # The one pod field a runtime patch cannot set (see the module docstring).
+            "automountServiceAccountToken": False,
+            "containers": [{"name": NODE}],
+        }
     }
     jobset_spec: dict[str, Any] = {
         "replicatedJobs": [
@@ -153,8 +168,8 @@ def trainingruntime_manifest(settings: StackSettings) -> dict[str, Any] | None:
 
 def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
     """The TrainJob: the trainer's image, command, args, env, resources and node count, and the
-    pod template's additions (claim, /dev/shm, pull secret, co-location, grace period) as its
-    runtime patch."""
+    pod template's additions (claim, /dev/shm, pull secret, co-location, grace period, the pod's
+    and the container's securityContext) as its runtime patch."""
     job = settings.job
     template = pod_template(settings, image=image, replica_type=NODE, container=NODE)
     pod = template["spec"]
@@ -170,8 +185,15 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
     }
     pod_patch: dict[str, Any] = {
         "volumes": pod["volumes"],
-        "containers": [{"name": NODE, "volumeMounts": container["volumeMounts"]}],
+        "containers": [
+            {
+                "name": NODE,
+                "volumeMounts": container["volumeMounts"],
+                "securityContext": container["securityContext"],
+            }
+        ],
         "terminationGracePeriodSeconds": pod["terminationGracePeriodSeconds"],
+        "securityContext": pod["securityContext"],
     }
     for key in ("imagePullSecrets", "affinity"):
         if key in pod:
@@ -302,22 +324,25 @@ def node_template(
     job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The `node` pods' template as JobSet creates them: the runtime's, the TrainJob's patch
-    and its trainer (image, command, args, env, resources) on the `node` container."""
+    (a strategic merge: the securityContexts merge field by field) and its trainer (image,
+    command, args, env, resources) on the `node` container."""
     trainer = _trainer(job)
     base = dict((_runtime_node_job(runtime).get("template") or {}).get("spec") or {})
     patched = _patched_pod(job)
-    spec: dict[str, Any] = {**base, **(patched.get("spec") or {})}
+    patched_spec = patched.get("spec") or {}
+    spec: dict[str, Any] = {**base, **patched_spec}
+    if "securityContext" in patched_spec:
+        spec["securityContext"] = {
+            **(base.get("securityContext") or {}),
+            **patched_spec["securityContext"],
+        }
     runtime_container = next(
         (c for c in base.get("containers") or [] if c.get("name") == NODE), {"name": NODE}
     )
-    mounts = next(
-        (
-            c.get("volumeMounts") or []
-            for c in (patched.get("spec") or {}).get("containers") or []
-            if c.get("name") == NODE
-        ),
-        [],
+    patched_container = next(
+        (c for c in patched_spec.get("containers") or [] if c.get("name") == NODE), {}
     )
+    mounts = patched_container.get("volumeMounts") or []
     env = {e["name"]: e for e in runtime_container.get("env") or []}
     env.update({e["name"]: e for e in trainer.get("env") or []})
     container: dict[str, Any] = {**runtime_container, "name": NODE}
@@ -328,6 +353,11 @@ def node_template(
     if trainer.get("resourcesPerNode") is not None:
         container["resources"] = trainer["resourcesPerNode"]
     container["volumeMounts"] = [*(runtime_container.get("volumeMounts") or []), *mounts]
+    if "securityContext" in patched_container:
+        container["securityContext"] = {
+            **(runtime_container.get("securityContext") or {}),
+            **patched_container["securityContext"],
+        }
     container["ports"] = [{"containerPort": TRAINER_PORT}]
     spec["containers"] = [container]
     return {"metadata": patched.get("metadata") or {}, "spec": spec}

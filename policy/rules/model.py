@@ -66,9 +66,14 @@ class Container:
     spec: Mapping[str, Any] = field(repr=False)
     # Container fields the job sets under another name (a TrainJob's `resourcesPerNode`).
     renamed: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Container fields the job sets at another place of its manifest, by their full paths (a
+    # TrainJob's `node` securityContext, in its runtime patch).
+    elsewhere: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def field_path(self, name: str) -> str:
         """The manifest path of the container's field `name`."""
+        if name in self.elsewhere:
+            return self.elsewhere[name]
         return f"{self.path}.{self.renamed.get(name, name)}"
 
 

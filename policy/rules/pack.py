@@ -23,7 +23,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError
 
-from . import checkpoint, credentials, gpu, image, lifecycle, operator, scheduler
+from . import checkpoint, credentials, gpu, image, lifecycle, operator, pod_security, scheduler
 from .jobs import trainjob
 from .model import UNKNOWN, Resource, Violation
 
@@ -176,6 +176,64 @@ def build_policies() -> list[Policy]:
                     }
                 }
             ),
+        ),
+        resource_policy(
+            "pod-security-run-as-non-root",
+            'Pod Security "restricted", running as non-root: every job pod sets '
+            "securityContext.runAsNonRoot: true (a pod that says runAsUser: 0 is "
+            "pod-security-run-as-root's).",
+            _ignore_config(pod_security.run_as_non_root),
+            mandatory,
+        ),
+        resource_policy(
+            "pod-security-run-as-user",
+            'Pod Security "restricted", running as a non-root user: every job pod sets a numeric '
+            "securityContext.runAsUser and runAsGroup, and no container runAsUser: 0.",
+            _ignore_config(pod_security.run_as_user),
+            mandatory,
+        ),
+        resource_policy(
+            "pod-security-seccomp-profile",
+            'Pod Security "restricted", seccomp: every job pod sets '
+            "securityContext.seccompProfile.type RuntimeDefault (or Localhost).",
+            _ignore_config(pod_security.seccomp_profile),
+            mandatory,
+        ),
+        resource_policy(
+            "pod-security-no-privilege-escalation",
+            'Pod Security "restricted", privilege escalation: every container of a job pod, init '
+            "containers included, sets securityContext.allowPrivilegeEscalation: false.",
+            _ignore_config(pod_security.no_privilege_escalation),
+            mandatory,
+        ),
+        resource_policy(
+            "pod-security-drop-capabilities",
+            'Pod Security "restricted", capabilities: every container of a job pod drops ALL '
+            "and adds none but NET_BIND_SERVICE.",
+            _ignore_config(pod_security.drop_capabilities),
+            mandatory,
+        ),
+        resource_policy(
+            "pod-security-volume-types",
+            'Pod Security "restricted", volume types: job pods mount only configMap, csi, '
+            "downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected and secret "
+            "volumes.",
+            _ignore_config(pod_security.volume_types),
+            mandatory,
+        ),
+        resource_policy(
+            "no-service-account-token",
+            "Job pods (a PyTorchJob's templates, a TrainJob's TrainingRuntime) set "
+            "automountServiceAccountToken: false: training needs no API access.",
+            _ignore_config(pod_security.no_service_account_token),
+            mandatory,
+        ),
+        resource_policy(
+            "pod-security-run-as-root",
+            "Job pods should not run as root (securityContext.runAsUser: 0, stack setting "
+            'job.runAsRoot: true): Pod Security "restricted" refuses them.',
+            _ignore_config(pod_security.run_as_root),
+            advisory,
         ),
         resource_policy(
             "job-active-deadline",

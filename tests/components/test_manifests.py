@@ -22,15 +22,25 @@ from components.manifests import (
     checkpoint_claim_manifest,
     checkpoint_reader_pod_manifest,
     common_labels,
+    container_security_context,
     docker_config,
+    pod_security_context,
     registry_secret_manifest,
     resource_names,
     wait_annotations,
 )
-from components.settings import StackSettings, load_stack_file, parse_settings
+from components.settings import (
+    TRAINER_GID,
+    TRAINER_UID,
+    StackSettings,
+    load_stack_file,
+    parse_settings,
+)
 from components.stack_objects import stack_objects
+from policy.rules.model import PYTORCHJOB_TYPE
 from policy.rules.operator import admission_violations
-from tests.components.k8s_rules import validate_manifest
+from policy.rules.pod_security import run_as_root
+from tests.components.k8s_rules import restricted_violations, validate_manifest
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
 
@@ -351,6 +361,63 @@ def test_stack_manifests_validate_against_kubernetes_schemas(repo_root: Path, st
         validate_manifest(manifest)
 
 
+@pytest.mark.parametrize("stack", ["dev", "prod", "trainjob"])
+def test_every_pod_of_every_stack_meets_restricted_without_a_token(
+    repo_root: Path, stack: str
+) -> None:
+    objects = stack_objects(
+        load_stack_file(stack, repo_root), image=IMAGE, password="not-a-real-password"
+    )
+    for manifest in (objects.job, objects.runtime):
+        if manifest is not None:
+            assert restricted_violations(manifest) == [], manifest["kind"]
+
+
+def test_the_pods_run_as_the_trainer_images_user_unless_told_otherwise() -> None:
+    for pod in pod_specs_of(settings_for()):
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": TRAINER_UID,
+            "runAsGroup": TRAINER_GID,
+            "fsGroup": TRAINER_GID,
+            # Ownership of a large claim changes once, not at every start.
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert pod["automountServiceAccountToken"] is False
+        [trainer] = pod["containers"]
+        assert trainer["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    own = settings_for(job={"securityContext": {"runAsUser": 1000, "runAsGroup": 0, "fsGroup": 5}})
+    for pod in pod_specs_of(own):
+        context = pod["securityContext"]
+        assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (1000, 0, 5)
+        assert context["runAsNonRoot"] is True
+
+
+def test_root_only_when_the_stack_says_so_and_with_nothing_else_given_back() -> None:
+    settings = settings_for(job={"runAsRoot": True})
+    manifest = pytorchjob_manifest(settings, image=IMAGE)
+    for pod in pod_specs_of(settings):
+        assert pod["securityContext"]["runAsUser"] == 0
+        assert pod["securityContext"]["runAsNonRoot"] is False
+        # The claim keeps its group, so a later non-root run can write what root wrote.
+        assert pod["securityContext"]["fsGroup"] == TRAINER_GID
+        assert pod["containers"][0]["securityContext"] == container_security_context()
+        assert pod["automountServiceAccountToken"] is False
+    # Root, said outright, is all that sets it apart: the pack's root rule, not the others.
+    assert restricted_violations(manifest) == []
+    assert len(run_as_root(PYTORCHJOB_TYPE, manifest)) == 2
+    assert pod_security_context(settings)["runAsUser"] == 0
+
+
+def pod_specs_of(settings: StackSettings) -> list[dict[str, Any]]:
+    manifest = pytorchjob_manifest(settings, image=IMAGE)
+    return [spec["template"]["spec"] for spec in replicas(manifest).values()]
+
+
 def test_schema_check_catches_mistakes() -> None:
     settings = settings_for()
     job = pytorchjob_manifest(settings, image=IMAGE)
@@ -437,6 +504,10 @@ def test_checkpoint_reader_pod_mounts_the_claim_read_only(
     labels = pod["metadata"]["labels"]
     assert labels["app.kubernetes.io/instance"] == "run-a"
     assert labels["app.kubernetes.io/managed-by"] == READER_MANAGER  # never Pulumi's
+    # The job's user and groups, restricted, no token: it reads what the job's pods wrote.
+    assert spec["securityContext"] == pod_security_context(settings)
+    assert reader["securityContext"] == container_security_context()
+    assert spec["automountServiceAccountToken"] is False
 
 
 def test_checkpoint_reader_pod_on_runai_goes_through_its_scheduler() -> None:

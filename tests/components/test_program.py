@@ -180,7 +180,8 @@ def test_dev_job(dev: ProgramResult) -> None:
     assert job["spec"]["nprocPerNode"] == "1"
     assert job["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running"}
     assert job["metadata"]["annotations"] == FIELD_MANAGER_ONLY  # waitFor: created
-    assert dev.one(JOB).hooks == {}
+    # Every job's pods are tried against the namespace's admission before it is created.
+    assert dev.one(JOB).hooks == {"before_create": ["training-job-pod-admission"]}
     for kind, container in containers(dev).items():
         assert container["name"] == "pytorch"
         assert "nvidia.com/gpu" not in container["resources"]["limits"], kind
@@ -210,6 +211,7 @@ def test_prod_job(prod: ProgramResult) -> None:
     # waitFor: succeeded is the job's own hooks', not the provider's: no await annotation.
     assert job.inputs["metadata"]["annotations"] == FIELD_MANAGER_ONLY
     assert job.hooks == {
+        "before_create": ["training-job-pod-admission"],
         "after_create": ["training-job-outcome"],
         "after_update": ["training-job-outcome"],
     }
@@ -530,7 +532,8 @@ def test_wait_for_annotations_and_hooks(
     expected = ["training-job-outcome"] if hooked else []
     assert job.hooks.get("after_create", []) == expected
     assert job.hooks.get("after_update", []) == expected
-    assert set(job.hooks) <= {"after_create", "after_update"}
+    assert job.hooks["before_create"] == ["training-job-pod-admission"]
+    assert set(job.hooks) <= {"before_create", "after_create", "after_update"}
 
 
 def test_preview_with_unknown_image_digest() -> None:

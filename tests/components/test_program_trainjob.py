@@ -48,7 +48,11 @@ def test_the_trainjob_is_deleted_in_the_background_and_made_once_its_old_run_is_
     assert job.inputs["metadata"]["annotations"]["pulumi.com/deletionPropagationPolicy"] == (
         "background"
     )
-    assert job.hooks["before_create"] == ["training-job-previous-run"]
+    # The pods' admission first (it fails at once), then the wait for the previous run.
+    assert job.hooks["before_create"] == [
+        "training-job-pod-admission",
+        "training-job-previous-run",
+    ]
 
 
 def test_the_outputs_name_rank_0_by_its_completion_index(trainjob: ProgramResult) -> None:

@@ -21,6 +21,8 @@ from components.settings import (
     TABLE_END,
     TABLE_START,
     TOP_LEVEL_KEYS,
+    TRAINER_GID,
+    TRAINER_UID,
     SettingsError,
     load_settings,
     load_stack_file,
@@ -240,6 +242,43 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
         "checkpoints.storageClass",
     ),
     ("checkpoints-not-object", with_values(checkpoints="10Ti"), None, "checkpoints"),
+    (
+        "root-user",
+        with_values(job={"securityContext": {"runAsUser": 0}}),
+        None,
+        "job.securityContext.runAsUser",
+    ),
+    (
+        "user-not-numeric",
+        with_values(job={"securityContext": {"runAsUser": "trainer"}}),
+        None,
+        "job.securityContext.runAsUser",
+    ),
+    (
+        "negative-group",
+        with_values(job={"securityContext": {"runAsGroup": -1}}),
+        None,
+        "job.securityContext.runAsGroup",
+    ),
+    (
+        "fs-group-too-large",
+        with_values(job={"securityContext": {"fsGroup": 2**31}}),
+        None,
+        "job.securityContext.fsGroup",
+    ),
+    (
+        "typo-in-security-context",
+        with_values(job={"securityContext": {"runAsUid": 5}}),
+        None,
+        "job.securityContext.runAsUid",
+    ),
+    (
+        "root-and-a-user",
+        with_values(job={"runAsRoot": True, "securityContext": {"runAsUser": 1000}}),
+        None,
+        "job.securityContext.runAsUser",
+    ),
+    ("run-as-root-yes", with_values(job={"runAsRoot": "yes"}), None, "job.runAsRoot"),
     ("build-without-repository", {"image": {"build": True}}, None, "image.repository"),
     ("no-build-without-ref", {"image": {"build": False}}, None, "image.ref"),
     ("ref-while-building", with_values(image={"ref": "x/y:1"}), None, "image.ref"),
@@ -587,3 +626,26 @@ def test_replace_checks_each_value_but_leaves_rules_across_keys_to_the_caller() 
     assert dataclasses.replace(job, total_epochs=2).save_every == 25
     with pytest.raises(ValueError, match="nodes"):
         dataclasses.replace(job, nodes=0)
+
+
+def test_the_pods_user_is_the_images_unless_set_and_root_only_when_said() -> None:
+    job = parse_settings(MINIMAL).job
+    assert (job.run_as_user, job.run_as_root) == (TRAINER_UID, False)
+    assert (job.security_context.run_as_group, job.security_context.fs_group) == (
+        TRAINER_GID,
+        TRAINER_GID,
+    )
+    own = parse_settings(with_values(job={"securityContext": {"runAsUser": "1000"}})).job
+    assert own.run_as_user == 1000
+    assert parse_settings(with_values(job={"runAsRoot": "true"})).job.run_as_user == 0
+    with pytest.raises(SettingsError, match=r"job\.securityContext\.runAsUser = 0: .*runAsRoot"):
+        parse_settings(with_values(job={"securityContext": {"runAsUser": 0}}))
+
+
+def test_the_trainer_images_user_is_the_default_one(repo_root: Path) -> None:
+    """trainer/Dockerfile's numeric USER is what the pods run as by default."""
+    dockerfile = (repo_root / "trainer" / "Dockerfile").read_text()
+    users = re.findall(r"^USER\s+(\S+)\s*$", dockerfile, re.MULTILINE)
+    assert users == [f"{TRAINER_UID}:{TRAINER_GID}"]
+    assert f"useradd --uid {TRAINER_UID} --gid {TRAINER_GID} " in dockerfile
+    assert f"groupadd --gid {TRAINER_GID} " in dockerfile

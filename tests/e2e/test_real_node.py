@@ -5,6 +5,12 @@ trains on the claim, survives a deleted worker pod and resumes after destroy and
 `make checkpoint` (tools/retrieve.py) copies the verified checkpoints through a reader pod, after
 the job finished and after destroy with the claim kept.
 
+The node's namespace enforces Pod Security "restricted" (issue 31): the pods are admitted, run as
+the trainer image's non-root user with no service account token (in the live pod spec and inside
+the container), and write the claim through its fsGroup; the operator's init container in the
+worker is the restricted template the plane's operator runs with. A stack with `job.runAsRoot:
+true` fails `up` in seconds with the API server's reason, and creates no job.
+
 The trainer image comes from the image scripts (scripts/build-base-image.sh, cached in podman's
 storage, and scripts/build-image.sh) and is pushed to the node's registry. The tests run in file
 order on one stack: first a wrong password (the node has pulled nothing yet, so the pull must
@@ -27,11 +33,11 @@ from typing import Any
 import pytest
 
 from components.manifests import READER_MANAGER, resource_names
-from components.settings import PROJECT, StackSettings
+from components.settings import PROJECT, TRAINER_GID, TRAINER_UID, StackSettings
 from tests.conftest import REPO_ROOT, committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
 from tests.e2e.conftest import PASSWORD_KEY, REGISTRY_PASSWORD, Cluster, Project, Stack
-from tests.support.real_node import RealNode
+from tests.support.real_node import POD_SECURITY_ENFORCE, RealNode
 from trainer.checkpoint import CheckpointStore
 
 # A cold node pulls the whole 5 GB image once.
@@ -46,6 +52,11 @@ RUN_TIMEOUT_S = 600
 # What `pulumi up` may take to fail on a refused pull: its own start, the objects, the operator's
 # pods, the kubelet's first pull. Without the job wait it would be the wait's 30 minutes.
 PULL_FAILURE_WITHIN_S = 180
+# What `pulumi up` may take to fail on pods the namespace refuses: its own start, the claim and
+# the secret, then one dry run of the pods (no pod, no pull).
+ROOT_REFUSAL_WITHIN_S = 120
+# Where the kubelet would mount the service account's token.
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +139,27 @@ class Kube:
         return self.core.read_namespaced_pod_log(pod, self.namespace, previous=previous)
 
     def claim_directory(self, claim: str) -> Path:
-        """Where the claim's hostPath volume keeps its data on this machine."""
+        """Where the claim's local volume keeps its data on this machine."""
         volume = self.core.read_namespaced_persistent_volume_claim(claim, self.namespace)
-        return Path(self.core.read_persistent_volume(volume.spec.volume_name).spec.host_path.path)
+        return Path(self.core.read_persistent_volume(volume.spec.volume_name).spec.local.path)
+
+    def exec(self, pod: str, command: list[str]) -> str:
+        """A command's output in the pod's training container (through the API server)."""
+        from kubernetes.stream import stream
+
+        return str(
+            stream(
+                self.core.connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                command=command,
+                container="pytorch",
+                stderr=True,
+                stdin=False,
+                stdout=True,
+                tty=False,
+            )
+        )
 
     def true_conditions(self, job: str) -> set[str]:
         found = self.job(job) or {}
@@ -175,6 +204,20 @@ def wait_until(
 @pytest.fixture(scope="module")
 def kube(cluster: Cluster, settings: StackSettings) -> Kube:
     return Kube(cluster, settings.namespace)
+
+
+def assert_least_privilege(pod: Any) -> None:
+    """The live pod as admitted: the non-root user and groups, and no service account token
+    (no projected token volume, no mount of it)."""
+    context = pod.spec.security_context
+    assert context.run_as_non_root is True and context.run_as_user == TRAINER_UID, context
+    assert (context.run_as_group, context.fs_group) == (TRAINER_GID, TRAINER_GID), context
+    assert context.seccomp_profile.type == "RuntimeDefault", context
+    assert pod.spec.automount_service_account_token is False
+    assert not [v.name for v in pod.spec.volumes if v.name.startswith("kube-api-access")]
+    for container in pod.spec.containers:
+        assert TOKEN_DIR not in [m.mount_path for m in container.volume_mounts or []]
+        assert container.security_context.capabilities.drop == ["ALL"]
 
 
 def inspect_checkpoints(directory: Path) -> dict[str, Any]:
@@ -246,6 +289,10 @@ def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
         (status,) = pod.status.container_statuses
         assert status.image_id.endswith(image.partition("@")[2]), status.image_id
         assert status.state.terminated.exit_code == 0
+        assert_least_privilege(pod)
+    # The worker's init container (the operator's) was admitted under "restricted" too.
+    (init,) = pods[worker].spec.init_containers
+    assert init.security_context.allow_privilege_escalation is False
     # The worker reached the master by the name of its Service, through the cluster DNS.
     assert f"master={master}:" in kube.log(worker)
     assert f"epoch {job.total_epochs}/{job.total_epochs}" in kube.log(master)
@@ -254,6 +301,9 @@ def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
     described = inspect_checkpoints(checkpoints)
     assert described["epochs_completed"] == job.total_epochs
     assert described["world_size"] == 2
+    # Written by the image's non-root user, on a claim the kubelet gave to the pods' fsGroup.
+    assert (checkpoints / "manifest.json").stat().st_uid == TRAINER_UID
+    assert checkpoints.parent.stat().st_gid == TRAINER_GID
     UNINTERRUPTED["model_sha256"] = described["model_sha256"]
     UNINTERRUPTED["directory"] = str(checkpoints)
 
@@ -277,6 +327,11 @@ def test_a_deleted_worker_pod_is_recreated_and_the_run_resumes_to_the_same_weigh
         kube.diagnose(job.name),
     )
     (first,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
+    # Inside the running master: the image's non-root user, and no token to find.
+    probe = f"id -u; id -G; if [ -e {TOKEN_DIR} ]; then echo token; else echo no-token; fi"
+    inside = kube.exec(f"{job.name}-master-0", ["sh", "-c", probe]).splitlines()
+    assert inside[0] == str(TRAINER_UID) and inside[-1] == "no-token", inside
+    assert str(TRAINER_GID) in inside[1].split(), inside
     kube.core.delete_namespaced_pod(worker, kube.namespace)
     deleted_at = committed_epochs(checkpoints)
 
@@ -403,6 +458,33 @@ def test_make_checkpoint_with_a_wrong_stack_or_a_missing_claim_creates_nothing(
     assert missing.stderr.count("\n") == 1 and "no-such-claim" in missing.stderr
     assert reader_pods(kube) == []
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stack_that_runs_as_root_fails_up_at_once_with_the_api_servers_reason(
+    stack: Stack, settings: StackSettings, kube: Kube
+) -> None:
+    """The namespace enforces "restricted": the pods' dry run is refused before the job is
+    created, in one line that carries Pod Security's own words."""
+    namespace = kube.core.read_namespace(kube.namespace)
+    assert namespace.metadata.labels[POD_SECURITY_ENFORCE] == "restricted"
+    stack.config_set("job.runAsRoot", "true")
+    try:
+        started = time.monotonic()
+        result = stack.up(check=False)
+        took = time.monotonic() - started
+    finally:
+        stack.cli("config", "rm", "--path", f"{PROJECT}:job.runAsRoot")
+    assert result.returncode != 0, result.output
+    assert took < ROOT_REFUSAL_WITHIN_S, f"up took {took:.0f}s to fail\n{result.output}"
+    # The reason in one line (the CLI may repeat it in its summary), naming what "restricted"
+    # refuses of a root pod.
+    lines = [line for line in result.output.splitlines() if "violates PodSecurity" in line]
+    assert lines, result.output
+    for line in lines:
+        assert f"/{settings.job.name}: the namespace refuses its pods" in line, result.output
+        assert "runAsNonRoot" in line and "runAsUser=0" in line, line
+    assert kube.job(settings.job.name) is None  # nothing to clean up after
+    stack.destroy()
 
 
 def test_the_node_leaves_nothing_behind(cluster: Cluster, node: RealNode, stack: Stack) -> None:

@@ -1,5 +1,7 @@
 """The training image built from trainer/Dockerfile: entrypoint.sh trains, checkpoints and resumes
-inside it exactly as on the host (2 processes under torchrun, checkpoints on a mounted volume)."""
+inside it exactly as on the host (2 processes under torchrun, checkpoints on a mounted volume),
+as its numeric non-root user, on a volume given to that user's group as the kubelet gives a pod's
+fsGroup its claim."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from components.settings import TRAINER_GID, TRAINER_UID
 from tests.containers import podman, run_container
+from tools.local_backends.container import give_to_fs_group
 from tools.ports import free_port
 
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
@@ -19,6 +23,7 @@ ENTRYPOINT = "/opt/pytorch-distributed/trainer/entrypoint.sh"
 
 
 def train_in_container(image: str, checkpoint_dir: Path, epochs: int) -> str:
+    give_to_fs_group(checkpoint_dir, TRAINER_GID)  # the kubelet's part, for the pods' fsGroup
     port = free_port()
     options = [
         *("--network", "host"),  # loopback only: no container bridge
@@ -59,6 +64,24 @@ def test_image_has_the_trainer_on_the_dockerfiles_paths(trainer_image: str) -> N
     assert executable == "executable"
     config = json.loads(podman("image", "inspect", trainer_image).stdout)[0]["Config"]
     assert config["Cmd"] == [ENTRYPOINT, "--", "100", "25"]
+    assert config["User"] == f"{TRAINER_UID}:{TRAINER_GID}"
+
+
+def test_the_image_runs_as_its_numeric_user_with_tmp_and_home_writable(
+    trainer_image: str,
+) -> None:
+    probe = (
+        'id -u; id -g; echo "$HOME"; touch /tmp/probe "$HOME/probe" /checkpoints/probe && echo ok'
+    )
+    done = podman("run", "--rm", "--network", "none", trainer_image, "sh", "-c", probe)
+    assert done.stdout.split() == [str(TRAINER_UID), str(TRAINER_GID), "/home/trainer", "ok"]
+    # Another user, as job.securityContext.runAsUser makes it on a node: torchrun's temporary
+    # directory still works.
+    other = podman(
+        "run", "--rm", "--network", "none", "--user", "4242:4242", trainer_image,
+        "python3", "-c", "import tempfile; print(tempfile.mkdtemp())",
+    )  # fmt: skip
+    assert other.stdout.startswith("/tmp/")
 
 
 def test_entrypoint_trains_checkpoints_and_resumes_inside_the_image(
@@ -75,3 +98,4 @@ def test_entrypoint_trains_checkpoints_and_resumes_inside_the_image(
     info = inspect_in_container(trainer_image, tmp_path)
     assert info["epochs_completed"] == 3 and info["world_size"] == 2
     assert (tmp_path / "run" / "snapshot.pt").is_file()  # written through the mount
+    assert (tmp_path / "run" / "snapshot.pt").stat().st_uid == TRAINER_UID  # by the image's user

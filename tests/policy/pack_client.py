@@ -55,19 +55,19 @@ def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
     return message
 
 
+LEVELS = {"mandatory": analyzer_pb2.MANDATORY, "advisory": analyzer_pb2.ADVISORY}
+
+
 def configure(stub: Stub, config: Mapping[str, Mapping[str, Any]]) -> None:
-    """What the engine sends for --policy-pack-config: every policy, with its level."""
+    """What the engine sends for --policy-pack-config: every policy, with its level (the pack's,
+    or the config's `enforcementLevel`, which the engine takes out of the properties)."""
     request = analyzer_pb2.ConfigureAnalyzerRequest()
     for policy in build_policies():
-        level = (
-            analyzer_pb2.MANDATORY
-            if policy.enforcement_level == EnforcementLevel.MANDATORY
-            else analyzer_pb2.ADVISORY
-        )
+        properties = dict(config.get(policy.name, {}))
+        declared = "mandatory" if policy.enforcement_level == EnforcementLevel.MANDATORY else ""
+        level = LEVELS[properties.pop("enforcementLevel", declared or "advisory")]
         request.policyConfig[policy.name].CopyFrom(
-            analyzer_pb2.PolicyConfig(
-                enforcementLevel=level, properties=struct(config.get(policy.name, {}))
-            )
+            analyzer_pb2.PolicyConfig(enforcementLevel=level, properties=struct(properties))
         )
     stub.Configure(request)
 

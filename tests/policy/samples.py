@@ -24,6 +24,22 @@ DIGEST_IMAGE = "registry.example.com/ml/trainer@sha256:" + "ab" * 32
 NAMESPACE = "runai-team-a"
 
 
+def pod_security() -> dict[str, Any]:
+    """Pod Security "restricted" at pod level, with a numeric user and group."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    """What "restricted" asks of each container."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def container(*, gpus: int = 1, image: str = DIGEST_IMAGE) -> dict[str, Any]:
     limits: dict[str, str] = {"memory": "16Gi"}
     if gpus:
@@ -36,6 +52,7 @@ def container(*, gpus: int = 1, image: str = DIGEST_IMAGE) -> dict[str, Any]:
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": limits},
         "volumeMounts": [{"name": "checkpoints", "mountPath": "/checkpoints"}],
+        "securityContext": container_security(),
     }
 
 
@@ -49,6 +66,8 @@ def replica(*, replicas: int, gpus: int = 1, claim: str = "ddp-checkpoints") -> 
                 "containers": [container(gpus=gpus)],
                 "imagePullSecrets": [{"name": "ddp-registry"}],
                 "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}}],
+                "securityContext": pod_security(),
+                "automountServiceAccountToken": False,
             }
         },
     }
@@ -71,6 +90,75 @@ def pytorchjob(*, workers: int = 1, gpus: int = 1) -> dict[str, Any]:
             },
             "pytorchReplicaSpecs": specs,
         },
+    }
+
+
+def trainjob(*, nodes: int = 2, gpus: int = 1, image: str = DIGEST_IMAGE) -> dict[str, Any]:
+    limits: dict[str, str] = {"memory": "16Gi"}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    pod = {
+        "volumes": [
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ddp-checkpoints"}}
+        ],
+        "containers": [
+            {
+                "name": "node",
+                "volumeMounts": [{"name": "checkpoints", "mountPath": "/c"}],
+                "securityContext": container_security(),
+            }
+        ],
+        "securityContext": pod_security(),
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "ddp", "namespace": NAMESPACE},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed", "kind": "ClusterTrainingRuntime"},
+            "trainer": {
+                "image": image,
+                "command": ["/opt/pytorch-distributed/trainer/entrypoint.sh"],
+                "args": ["--", "100", "25"],
+                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                "numNodes": nodes,
+                "numProcPerNode": max(gpus, 1),
+                "resourcesPerNode": {
+                    "requests": {"cpu": "4", "memory": "16Gi"},
+                    "limits": limits,
+                },
+            },
+            "runtimePatches": [
+                {
+                    "manager": "pytorch-distributed/pulumi",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {"spec": {"template": {"spec": pod}}},
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+            "activeDeadlineSeconds": 86400,
+        },
+    }
+
+
+def trainingruntime() -> dict[str, Any]:
+    """The TrainingRuntime a TrainJob runs on, its `node` pods without a service account token."""
+    pod = {"automountServiceAccountToken": False, "containers": [{"name": "node"}]}
+    node = {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "ddp-runtime", "namespace": NAMESPACE},
+        "spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {"replicatedJobs": [node]}}},
     }
 
 

@@ -154,3 +154,14 @@ def test_prod_pods_off_the_runai_scheduler_are_stopped(analyzer: Stub) -> None:
     result = run("prod", overrides={"platform": "kubeflow", "runaiProject": None})
     found = mandatory(diagnostics(analyzer, result, policy_config("prod")))
     assert [name for name, _ in found] == ["runai-scheduler"] * 2
+
+
+def test_a_stack_that_runs_as_root_is_warned_of_and_stopped_in_prod(analyzer: Stub) -> None:
+    """job.runAsRoot is the only way to root; the non-root rules leave it to the root rule."""
+    for stack, level in (("dev", analyzer_pb2.ADVISORY), ("prod", analyzer_pb2.MANDATORY)):
+        result = run(stack, overrides={"job": {"runAsRoot": True}})
+        found = diagnostics(analyzer, result, policy_config(stack))
+        root = [d for d in found if d.policyName == "pod-security-run-as-root"]
+        assert [d.enforcementLevel for d in root] == [level, level]  # Master and Worker
+        assert "job.runAsRoot: true" in root[0].message
+        assert {name for name, _ in mandatory(found)} <= {"pod-security-run-as-root"}

@@ -18,64 +18,12 @@ from policy.rules.lifecycle import job_active_deadline
 from policy.rules.model import PVC_TYPE, TRAINJOB_TYPE, Resource
 from policy.rules.scheduler import runai_scheduler
 from tests.policy.pack_client import Stub
-from tests.policy.samples import DIGEST_IMAGE, NAMESPACE, claim
+from tests.policy.samples import claim, trainjob
 from tests.policy.test_pack import ADVISORY_POLICIES
 from tests.policy.test_program_passes import diagnostics, mandatory, policy_config
 from tests.pulumi_harness import run_program
 
 TRAINJOB_PROD = {"platform": "kubeflow", "runaiProject": None, "job": {"api": "trainjob"}}
-
-
-def trainjob(*, nodes: int = 2, gpus: int = 1, image: str = DIGEST_IMAGE) -> dict[str, Any]:
-    limits: dict[str, str] = {"memory": "16Gi"}
-    if gpus:
-        limits["nvidia.com/gpu"] = str(gpus)
-    pod = {
-        "volumes": [
-            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ddp-checkpoints"}}
-        ],
-        "containers": [
-            {"name": "node", "volumeMounts": [{"name": "checkpoints", "mountPath": "/c"}]}
-        ],
-    }
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "ddp", "namespace": NAMESPACE},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed", "kind": "ClusterTrainingRuntime"},
-            "trainer": {
-                "image": image,
-                "command": ["/opt/pytorch-distributed/trainer/entrypoint.sh"],
-                "args": ["--", "100", "25"],
-                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-                "numNodes": nodes,
-                "numProcPerNode": max(gpus, 1),
-                "resourcesPerNode": {
-                    "requests": {"cpu": "4", "memory": "16Gi"},
-                    "limits": limits,
-                },
-            },
-            "runtimePatches": [
-                {
-                    "manager": "pytorch-distributed/pulumi",
-                    "trainingRuntimeSpec": {
-                        "template": {
-                            "spec": {
-                                "replicatedJobs": [
-                                    {
-                                        "name": "node",
-                                        "template": {"spec": {"template": {"spec": pod}}},
-                                    }
-                                ]
-                            }
-                        }
-                    },
-                }
-            ],
-            "activeDeadlineSeconds": 86400,
-        },
-    }
 
 
 def test_a_compliant_trainjob_passes_every_resource_rule() -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
 from tests.conftest import REPO_ROOT
 from tests.support.node_network import NODE_NETWORK, NodeNamespaces
 from tests.support.processes import (
@@ -436,11 +437,16 @@ class ControlPlane:
     def _init_container_image_args(self) -> list[str]:
         """The operator's init container (in every worker pod: it waits until the master's name
         resolves) from the image scripts/e2e-tools.sh builds, which the real node holds; its
-        default, alpine:3.10, is on Docker Hub."""
+        default, alpine:3.10, is on Docker Hub. Made from the template a namespace that enforces
+        Pod Security "restricted" admits (the README's; the operator's own sets no
+        securityContext), as the real node's namespace does."""
+        template = self.workdir / "pytorch-init-container.yaml"
+        template.write_text(RESTRICTED_INIT_CONTAINER_TEMPLATE)
+        args = [f"--pytorch-init-container-template-file={template}"]
         ref = self.bin_dir.parent / "init-image" / "ref"
-        if not ref.exists():
-            return []
-        return [f"--pytorch-init-container-image={ref.read_text().strip()}"]
+        if ref.exists():
+            args.append(f"--pytorch-init-container-image={ref.read_text().strip()}")
+        return args
 
     def _mount_webhook_certificate(self) -> bool:
         """Do what the kubelet's secret volume does for the operator's pod: once the rotator has

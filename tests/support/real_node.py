@@ -25,7 +25,10 @@ need the real thing. `ControlPlane.real_node()` starts, and always tears down:
   operator's headless per-replica Services (`<job>-master-0`) resolve; a second
   kube-controller-manager runs the EndpointSlice controller those records come from (kept off
   the plane's own, where kwok's loopback pod addresses would be refused);
-- a StorageClass `e2e-real-node` with hostPath volumes of its own.
+- a StorageClass `e2e-real-node` with `local` volumes of its own on the node (the kubelet gives
+  a local volume to a pod's fsGroup, as it does a block volume's);
+- the namespace enforces Pod Security "restricted" (the API server's PodSecurity admission),
+  as many training namespaces do.
 
 Network: this machine's namespace gains nothing but loopback listeners. The node's processes
 and pods live in the node's namespace, which has no route beyond its bridge; the API server
@@ -70,6 +73,7 @@ NAMESPACE = "real-node"
 NODE_LABEL = ("pytorch-distributed.e2e/node", "real")
 NODE_TAINT = {"key": "pytorch-distributed.e2e/real-node", "value": "true", "effect": "NoSchedule"}
 STORAGE_CLASS = "e2e-real-node"
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 PERSISTENT_VOLUMES = 4
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
@@ -405,6 +409,7 @@ disabled_plugins = [
             {
                 "metadata": {
                     "name": NAMESPACE,
+                    "labels": {POD_SECURITY_ENFORCE: "restricted"},
                     "annotations": {
                         "scheduler.alpha.kubernetes.io/node-selector": f"{key}={value}",
                         "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
@@ -433,7 +438,22 @@ disabled_plugins = [
                         "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
                         "persistentVolumeReclaimPolicy": "Retain",
                         "storageClassName": STORAGE_CLASS,
-                        "hostPath": {"path": str(path), "type": "Directory"},
+                        "local": {"path": str(path)},
+                        "nodeAffinity": {
+                            "required": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/hostname",
+                                                "operator": "In",
+                                                "values": [NODE_NAME],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
                     },
                 }
             )

@@ -4,6 +4,7 @@ suite (tests/e2e/test_real_node.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -14,9 +15,16 @@ from typing import Any
 import pytest
 
 from components.job_apis.pytorchjob import API as PYTORCHJOB
-from components.settings import parse_settings
+from components.settings import TRAINER_GID, TRAINER_UID, parse_settings
 from tests.conftest import REPO_ROOT
-from tools.retrieve import RetrieveError, plan_reader, select_entries
+from tools.retrieve import (
+    Reader,
+    ReaderPod,
+    RetrieveError,
+    plan_reader,
+    select_entries,
+    unreadable,
+)
 from trainer.checkpoint import CheckpointEntry
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "a" * 64
@@ -169,3 +177,48 @@ def test_wrong_input_ends_in_one_line_before_anything_is_created(
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_claim_the_reader_may_not_read_says_whose_it_is_and_what_to_set() -> None:
+    stderr = (
+        "ls: cannot open directory '/checkpoints/run-a': Permission denied\n"
+        "tar: manifest.json: Cannot open: Permission denied\n"
+    )
+    message = unreadable(SETTINGS, stderr)
+    assert message is not None and "\n" not in message
+    assert message.startswith(
+        f"the reader pod (user {TRAINER_UID}, groups {TRAINER_GID} and {TRAINER_GID}, as the "
+        "job's pods: job.securityContext) may not read the claim: tar: manifest.json"
+    )
+    assert "job.securityContext to their owner's user or group" in message
+    # Anything else is not a question of who reads: the caller's own words stand.
+    assert unreadable(SETTINGS, "ls: cannot access '/checkpoints/run-a': No such file") is None
+
+
+class RefusingCore:
+    """The API server of a namespace whose Pod Security refuses the reader pod."""
+
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        from kubernetes.client import ApiException
+
+        error = ApiException(status=403, reason="Forbidden")
+        error.body = json.dumps(
+            {
+                "kind": "Status",
+                "message": f'pods "{body["metadata"]["name"]}" is forbidden: violates '
+                'PodSecurity "restricted:latest": runAsNonRoot != true',
+            }
+        )
+        raise error
+
+
+def test_a_reader_pod_the_namespace_refuses_is_one_line_with_the_api_servers_reason() -> None:
+    cluster = SimpleNamespace(core=RefusingCore(), namespace="team")
+    reader = Reader(image=IMAGE, pull_secret=None, node=None, trainer_image=True)
+    pod = ReaderPod(cluster, SETTINGS, reader)  # type: ignore[arg-type]
+    with pytest.raises(RetrieveError) as raised:
+        pod.__enter__()
+    assert str(raised.value) == (
+        f'the API server refused reader pod {pod.name}: pods "{pod.name}" is forbidden: '
+        'violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    )

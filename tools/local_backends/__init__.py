@@ -51,6 +51,13 @@ class LocalBackend(Protocol):
         """Where the replicas meet, for the start line."""
         ...
 
+    def prepare(
+        self, job: Mapping[str, Any], checkpoint_root: Path, runtime: Mapping[str, Any] | None
+    ) -> None:
+        """Make the existing checkpoint root usable by the replicas, as the kubelet makes a claim
+        usable by the pods; a one-line error (the backend's) when it cannot."""
+        ...
+
     def record(self, commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
         """Leave what a test or a user needs to reach a replica in `pid_dir`."""
         ...

@@ -9,6 +9,12 @@ What a pod gets on the cluster, given to a container here:
   controller's entries winning, and HOSTNAME = the pod name;
 * the checkpoint claim's `mountPath` bound to the local checkpoint root, a memory-backed
   /dev/shm as large as its emptyDir's sizeLimit (or `DEFAULT_SHM_SIZE`);
+* the pod's user and groups (`--user runAsUser:runAsGroup`, `--group-add fsGroup`) and its
+  container's restrictions (`allowPrivilegeEscalation: false` as `no-new-privileges`, dropped
+  capabilities as `--cap-drop`), and the checkpoint root given to the pod's fsGroup first, as the
+  kubelet gives it the claim (`give_to_fs_group`), so the image's non-root user can write it;
+  under rootless podman the pod's user is this user instead (`--userns keep-id`), which owns the
+  root already;
 * rank 0 reachable by its name (`<job>-master-0`, a TrainJob's `<job>-node-0-0.<job>`): every
   container shares the host's
   network (`--network host`, so all traffic stays on loopback and no container bridge or private
@@ -29,8 +35,10 @@ own process sweep reaches them as well.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
+import stat
 import subprocess
 import uuid
 from collections.abc import Mapping, Sequence
@@ -81,6 +89,12 @@ class Engine:
             return [self.name, "--runtime", self.runtime]
         return [self.name]
 
+    @property
+    def rootless(self) -> bool:
+        """podman run by a user other than root: the containers' ids are that user's
+        subordinate ones, but for the one `--userns keep-id` maps to the user."""
+        return self.name == "podman" and os.geteuid() != 0
+
 
 def resolve_engine(name: str | None, runtime: str | None) -> Engine:
     """The engine asked for (`--engine`), else podman, else docker, whichever is installed."""
@@ -116,6 +130,71 @@ def _shm_size(template: Mapping[str, Any]) -> str:
         if empty_dir is not None and empty_dir.get("medium") == "Memory":
             return str(empty_dir.get("sizeLimit", DEFAULT_SHM_SIZE)).replace("Gi", "g")
     return DEFAULT_SHM_SIZE
+
+
+def identity_options(
+    template: Mapping[str, Any], container: Mapping[str, Any], *, rootless: bool = False
+) -> list[str]:
+    """The engine's options for what the kubelet makes of the pod's and the container's
+    securityContext: the user and groups, no new privileges, the dropped capabilities. Rootless,
+    the pod's user and group are this user's own ids (`keep-id`), so the checkpoint root, this
+    user's, is theirs in the container and what they write is this user's."""
+    pod = template["spec"].get("securityContext") or {}
+    own = container.get("securityContext") or {}
+    options: list[str] = []
+    user = own.get("runAsUser", pod.get("runAsUser"))
+    group = own.get("runAsGroup", pod.get("runAsGroup"))
+    if user is not None and rootless:
+        mapped = f"uid={user}" + (f",gid={group}" if group is not None else "")
+        options += ["--userns", f"keep-id:{mapped}"]
+    if user is not None:
+        options += ["--user", f"{user}:{group}" if group is not None else str(user)]
+    if pod.get("fsGroup") is not None:
+        options += ["--group-add", str(pod["fsGroup"])]
+    if own.get("allowPrivilegeEscalation") is False:
+        options += ["--security-opt", "no-new-privileges"]
+    for capability in (own.get("capabilities") or {}).get("drop") or []:
+        options += ["--cap-drop", str(capability)]
+    return options
+
+
+def fs_group(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> int | None:
+    """The fsGroup of the job's pods (one securityContext for all of them), if they have one."""
+    for role in api_of_job(job).pods(job, runtime):
+        group = (role.template["spec"].get("securityContext") or {}).get("fsGroup")
+        if group is not None:
+            return int(group)
+    return None
+
+
+def give_to_fs_group(directory: Path, group: int) -> None:
+    """What the kubelet does to a pod's volume for its fsGroup with `OnRootMismatch`
+    (pkg/volume/volume_linux.go): unless the directory already belongs to `group` with mode
+    rwxrwx and setgid, everything in it becomes the group's, files gain rw-rw- and directories
+    rwxrwx and setgid (what is made in them is the group's too). ContainerBackendError, one
+    line, when this user may not change it."""
+    files, directories = 0o660, 0o2770
+
+    def settled(path: Path) -> bool:
+        status = path.stat()
+        return status.st_gid == group and status.st_mode & directories == directories
+
+    if settled(directory):
+        return
+    try:
+        for path in [directory, *directory.rglob("*")]:
+            if path.is_symlink():
+                continue
+            os.chown(path, -1, group)
+            extra = directories if path.is_dir() else files
+            path.chmod(stat.S_IMODE(path.stat().st_mode) | extra)
+    except PermissionError as error:
+        raise ContainerBackendError(
+            f"--checkpoint-root = '{directory}': the pods' fsGroup {group} "
+            f"(job.securityContext.fsGroup) must own it, as the kubelet makes it own a claim, "
+            f"and this user may not give it ({error.strerror}: {error.filename}); run as root, "
+            f"or first: chgrp -R {group} '{directory}' && chmod -R g+rwX '{directory}'"
+        ) from None
 
 
 def replica_commands(
@@ -165,6 +244,7 @@ def replica_commands(
             # The supervisor's per-replica tag (set in the engine's own environment) goes in too.
             "--env",
             REPLICA_TAG,
+            *identity_options(template, container, rootless=engine.rootless),
         ]
         for key, value in {**env, **(extra_env or {})}.items():
             argv += ["--env", f"{key}={value}"]
@@ -312,6 +392,15 @@ class ContainerBackend:
             f"{address} is {LOOPBACK}, the port a free one instead of "
             f"{api.master_port(job)}), image {self.image}"
         )
+
+    def prepare(
+        self, job: Mapping[str, Any], checkpoint_root: Path, runtime: Mapping[str, Any] | None
+    ) -> None:
+        """The checkpoint root given to the pods' fsGroup, as the kubelet gives them the claim
+        (rootless, it is the pods' user's own already: see `identity_options`)."""
+        group = fs_group(job, runtime)
+        if group is not None and not resolve_engine(self._engine_name, self._runtime).rootless:
+            give_to_fs_group(checkpoint_root, group)
 
     def record(self, commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
         """`<pod>.container`: the name of the pod's container, so a test or a user can kill it."""

@@ -170,5 +170,10 @@ class ProcessBackend:
             f"{api.master_address(job)}:{api.master_port(job)})"
         )
 
+    def prepare(
+        self, job: Mapping[str, Any], checkpoint_root: Path, runtime: Mapping[str, Any] | None
+    ) -> None:
+        """Nothing: the processes run as this user, who may write the root (preflight checked)."""
+
     def record(self, commands: Sequence[ReplicaCommand], pid_dir: Path) -> None:
         """Nothing beyond the supervisor's own `<pod>.pid` files."""

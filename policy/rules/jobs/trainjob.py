@@ -1,9 +1,13 @@
 """The TrainJob (trainer.kubeflow.org/v1alpha1, Trainer v2.3.0) as the policies see it.
 
 Its pods are the runtime's `node` pods with the TrainJob's runtime patch (volumes, pull secrets,
-affinity, mounts) and its `spec.trainer` (image, command, args, env, `resourcesPerNode`) on the
-`node` container; that container is reported at `spec.trainer`, where the stack sets it. Trainer
-itself refuses what `trainjob_shape` checks, but only after the stack's other resources exist.
+affinity, the pod's securityContext, mounts) and its `spec.trainer` (image, command, args, env,
+`resourcesPerNode`) on the `node` container; that container is reported at `spec.trainer`, where
+the stack sets it, but for its securityContext, which is the patch's. What the runtime itself
+holds (`automountServiceAccountToken`, which no patch can set) is checked on the TrainingRuntime
+the stack declares (`runtime_pod_specs`); a cluster's ClusterTrainingRuntime is not in the stack.
+Trainer itself refuses what `trainjob_shape` checks, but only after the stack's other resources
+exist.
 """
 
 from __future__ import annotations
@@ -66,13 +70,27 @@ def _node_patch(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     return "spec.runtimePatches", {}
 
 
+def _patched_container(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The runtime patch's `node` container entry and its path (the path it would have, and
+    empty, when there is none)."""
+    path, patch = _node_patch(props)
+    entries = as_list(patch.get("containers"))
+    for index, entry in enumerate(entries):
+        if dig(entry, "name") == CONTAINER_NAME:
+            return f"{path}.containers[{index}]", as_mapping(entry)
+    return f"{path}.containers[{len(entries)}]", {}
+
+
 def trainer_container(props: Mapping[str, Any]) -> dict[str, Any]:
-    """The `node` container as the pods get it from `spec.trainer`."""
+    """The `node` container as the pods get it from `spec.trainer` and the runtime patch."""
     trainer = as_mapping(dig(props, "spec", "trainer"))
     container: dict[str, Any] = {"name": CONTAINER_NAME}
     for key, field in _TRAINER_CONTAINER_KEYS.items():
         if key in trainer:
             container[field] = trainer[key]
+    _, patched = _patched_container(props)
+    if "securityContext" in patched:
+        container["securityContext"] = patched["securityContext"]
     return container
 
 
@@ -81,9 +99,20 @@ def pod_specs(props: Mapping[str, Any]) -> Iterator[PodSpec]:
     yield PodSpec("node", path, {**patch, "containers": [trainer_container(props)]})
 
 
+def runtime_pod_specs(props: Mapping[str, Any]) -> Iterator[PodSpec]:
+    """The pod templates of a TrainingRuntime's replicated jobs (the TrainJob's pods' base)."""
+    replicated = as_list(dig(props, "spec", "template", "spec", "replicatedJobs"))
+    for index, entry in enumerate(replicated):
+        path = f"spec.template.spec.replicatedJobs[{index}].template.spec.template.spec"
+        pod = as_mapping(dig(entry, "template", "spec", "template", "spec"))
+        yield PodSpec(str(dig(entry, "name") or index), path, pod)
+
+
 def containers(props: Mapping[str, Any], include_init: bool = False) -> Iterator[Container]:
     renamed = {field: key for key, field in _TRAINER_CONTAINER_KEYS.items()}
-    yield Container("node", "spec.trainer", trainer_container(props), renamed)
+    patched_path, _ = _patched_container(props)
+    elsewhere = {"securityContext": f"{patched_path}.securityContext"}
+    yield Container("node", "spec.trainer", trainer_container(props), renamed, elsewhere)
     if include_init:
         path, patch = _node_patch(props)
         for index, container in enumerate(as_list(patch.get("initContainers"))):

@@ -20,8 +20,14 @@ from components.job_apis.trainjob import (
     trainingruntime_manifest,
 )
 from components.job_state import job_state
-from components.manifests import ENTRYPOINT
-from components.settings import SettingsError, StackSettings, load_stack_file, parse_settings
+from components.manifests import ENTRYPOINT, container_security_context, pod_security_context
+from components.settings import (
+    TRAINER_UID,
+    SettingsError,
+    StackSettings,
+    load_stack_file,
+    parse_settings,
+)
 from components.stack_objects import stack_objects
 from tests.conftest import REPO_ROOT
 
@@ -102,6 +108,10 @@ def test_the_runtime_patch_mounts_the_claim_and_co_locates_the_pods() -> None:
                 {"name": "checkpoints", "mountPath": "/checkpoints"},
                 {"name": "dshm", "mountPath": "/dev/shm"},
             ],
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
         }
     ]
     assert "podAffinity" in pod["affinity"]  # ReadWriteOnce, 2 nodes
@@ -224,6 +234,52 @@ def test_the_node_template_layers_trainer_env_over_the_runtimes() -> None:
         for e in node_template(stack.job, runtime)["spec"]["containers"][0]["env"]
     }
     assert env == {"OMP_NUM_THREADS": "1", "KEEP": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def test_the_pods_jobset_makes_are_restricted_and_hold_no_token() -> None:
+    """The patch carries the pod's and the `node` container's securityContext (PodSpecPatch has
+    both), the stack's runtime the token's absence (no patch can set it)."""
+    stack = objects(dev())
+    runtime_pod = stack.runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"
+    ]["template"]["spec"]
+    assert runtime_pod["automountServiceAccountToken"] is False
+    for pod in API.pods(stack.job, stack.runtime):
+        spec = pod.template["spec"]
+        assert spec["securityContext"] == pod_security_context(dev())
+        assert pod.container["securityContext"] == container_security_context()
+        assert spec["automountServiceAccountToken"] is False
+
+
+def test_the_patch_merges_into_the_runtimes_security_context_field_by_field() -> None:
+    stack = objects(dev())
+    pod = stack.runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]
+    pod["securityContext"] = {"supplementalGroups": [5], "runAsUser": 0}
+    pod["containers"][0]["securityContext"] = {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": True,
+    }
+    template = node_template(stack.job, stack.runtime)
+    assert template["spec"]["securityContext"] == {
+        **pod_security_context(dev()),
+        "supplementalGroups": [5],
+    }
+    assert template["spec"]["containers"][0]["securityContext"] == {
+        **container_security_context(),
+        "readOnlyRootFilesystem": True,
+    }
+
+
+def test_a_trainjob_that_runs_as_root_says_so_in_its_patch() -> None:
+    values = {"image": {"build": False, "ref": "r/t:1"}, "job": {"api": "trainjob"}}
+    root = parse_settings({**values, "job": {"api": "trainjob", "runAsRoot": True}})
+    stack = objects(root)
+    (pod, *_) = API.pods(stack.job, stack.runtime)
+    assert pod.template["spec"]["securityContext"]["runAsUser"] == 0
+    assert pod.template["spec"]["securityContext"]["runAsNonRoot"] is False
+    assert parse_settings(values).job.run_as_user == TRAINER_UID
 
 
 def test_a_node_index_outside_the_job_is_refused() -> None:
