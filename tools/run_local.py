@@ -212,13 +212,14 @@ def preflight(
     of another run (other batch size, dataset size, task or world size) in the job's
     directory. Nothing is created. Raises LocalRunError, one line naming the setting."""
     # Imported here: torch comes with them, and only a run that got this far needs it.
-    from trainer.cli import UsageError, parse_config, unusable_directory
+    from trainer.cli import UsageError, parse_config
     from trainer.resume import GLOBAL_BATCH, WORLD_SIZE, ResumeRefusedError
     from trainer.resume import preflight as trainer_preflight
+    from trainer.storage import open_storage
 
     root = f"--checkpoint-root = '{checkpoint_root}'"
     allowed = "pass a directory this user can write (it is created if missing)"
-    if (problem := unusable_directory(checkpoint_root)) is not None:
+    if (problem := open_storage(checkpoint_root).unusable()) is not None:
         raise LocalRunError(f"{root}: {problem}; {allowed}")
     argv = trainer_argv(job, checkpoint_root, repo_root)
     unchecked_task: str | None = None

@@ -9,8 +9,9 @@ it accumulates locally (DDP's ``no_sync``) before the one all-reduce of the step
 Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
 rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
 rank, so a restart with the same world size gives every rank back its own RNG stream. What a
-checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the disk is
-``trainer.async_writer`` (when, where) and ``trainer.checkpoint`` (the store).
+checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the run's storage is
+``trainer.async_writer`` (when, where) and ``trainer.checkpoint`` (the store), and the loop
+knows the storage (``trainer.storage``) only by its interface, whichever backend it is.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.async_writer import CheckpointWriter
-from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_checkpoint
+from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_at
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
 from trainer.cli import (
     DEFAULT_PG_TIMEOUT_S,
@@ -56,6 +56,7 @@ from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
 from trainer.rng import capture_rng
 from trainer.step_log import StepLog
 from trainer.stop_agreement import StopAgreement
+from trainer.storage import RunStorage, open_storage
 from trainer.task import Task, TaskContext, build_task
 
 LOG = logging.getLogger("trainer")
@@ -68,6 +69,7 @@ class Trainer:
     task: Task
     model: DistributedDataParallel
     data: GlobalBatches
+    storage: RunStorage  # the run's root: checkpoints and metrics
     writer: CheckpointWriter | None  # rank 0 only
     origin: Mapping[str, Any] | None = None  # a warm start's source, kept in every checkpoint
     step_log: StepLog | None = None  # the TRAINER_STEP_LOG hook
@@ -88,17 +90,20 @@ class Trainer:
         )
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         model = DistributedDataParallel(task.model, device_ids=device_ids)
+        storage = open_storage(config.checkpoint_dir)
         writer = None
         if ctx.is_main:
             delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
-            writer = CheckpointWriter(CheckpointStore(config.checkpoint_dir, config.keep, delay))
+            writer = CheckpointWriter(CheckpointStore(storage, config.keep, delay))
         step_log = StepLog.from_environment(ctx.rank, ctx.world_size)
-        return cls(config, ctx, task, model, data, writer, step_log=step_log)
+        return cls(config, ctx, task, model, data, storage, writer, step_log=step_log)
 
-    def _chosen_checkpoint(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
-        """Rank 0 already holds the state it verified; the others map the same file (its pages
-        are in the cache on a shared node), so no rank reads it twice."""
-        return state if state is not None else load_checkpoint(Path(path), mmap=True)
+    def _chosen_checkpoint(
+        self, location: str, state: TrainingCheckpoint | None
+    ) -> TrainingCheckpoint:
+        """Rank 0 already holds the state it verified; the others map the same object (on a
+        filesystem its pages are in the cache on a shared node), so no rank reads it twice."""
+        return state if state is not None else load_at(location)
 
     def checkpoint(
         self, epochs: int, step: int, loss: EpochLoss, samples: int, *, final: bool
@@ -136,8 +141,8 @@ class Trainer:
         Returns this rank's carried partial epoch loss and sample count."""
         carried = (0.0, 0)
         saved_world_size: int | None = None
-        if point.path:
-            chosen = self._chosen_checkpoint(point.path, state)
+        if point.location:
+            chosen = self._chosen_checkpoint(point.location, state)
             mine = resume_from(self.task, chosen, self.ctx.rank, self.ctx.world_size)
             carried = (mine.loss_sum, mine.samples)
             saved_world_size = chosen.world_size
@@ -155,7 +160,7 @@ class Trainer:
         if self.ctx.is_main:
             self._describe_batches(saved_world_size)
         if self.writer is not None:
-            dropped = rewind(self.config.checkpoint_dir, point.epochs_completed)
+            dropped = rewind(self.storage, point.epochs_completed)
             if dropped:
                 LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
             # Tells the writer policy how large checkpoints will be, before the first one.
@@ -195,10 +200,10 @@ class Trainer:
         steps_per_epoch = self.data.steps_per_epoch()
         every_steps = config.save_every_steps
         step_log = self.step_log
-        metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
+        metrics = MetricsLog(self.storage, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
         carried_loss, carried_samples = carried
-        last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
+        last_saved = (point.epochs_completed, point.step_in_epoch) if point.location else None
         # The first step creates the optimizer's lazy slots; the writer's staging buffer gets
         # them right after it, not inside the first save.
         slots_unstaged = self.writer is not None
