@@ -1,6 +1,6 @@
 """The training loop: resume from the point rank 0 chose (``trainer.resume``), train with DDP,
-checkpoint on schedule (every SAVE_EVERY epochs, every --save-every-steps steps) / on SIGTERM /
-at the end, and shut the process group down cleanly.
+checkpoint on schedule (``trainer.save_schedule``: every SAVE_EVERY epochs, every
+--save-every-steps steps, at the end) and on SIGTERM, and shut the process group down cleanly.
 
 A step trains one global batch, the same samples on any number of ranks (``trainer.data``): a
 rank runs its share in one forward/backward pass, or in several micro-batches whose gradients
@@ -54,6 +54,7 @@ from trainer.metrics import EpochLoss, MetricsLog, rewind
 from trainer.restore import resume_from, warm_start_from
 from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
 from trainer.rng import capture_rng
+from trainer.save_schedule import SaveSchedule
 from trainer.step_log import StepLog
 from trainer.stop_agreement import StopAgreement
 from trainer.storage import RunStorage, open_storage
@@ -197,8 +198,12 @@ class Trainer:
         stop agreement, metrics) runs per epoch or per check."""
         config = self.config
         model, loss_fn, optimizer = self.model, self.task.loss_fn, self.task.optimizer
-        steps_per_epoch = self.data.steps_per_epoch()
-        every_steps = config.save_every_steps
+        schedule = SaveSchedule(
+            config.save_every,
+            config.save_every_steps,
+            self.data.steps_per_epoch(),
+            config.total_epochs,
+        )
         step_log = self.step_log
         metrics = MetricsLog(self.storage, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
@@ -235,11 +240,7 @@ class Trainer:
                     slots_unstaged = False
                     self.stage_optimizer_slots(epoch)
                 done_steps = step + 1
-                if (
-                    every_steps is not None
-                    and done_steps < steps_per_epoch
-                    and (epoch * steps_per_epoch + done_steps) % every_steps == 0
-                ):
+                if schedule.after_step(epoch, done_steps):
                     self.checkpoint(epoch, done_steps, loss, samples, final=False)
                     last_saved = (epoch, done_steps)
                     if stop.check():  # after slow work: see StopAgreement
@@ -253,10 +254,7 @@ class Trainer:
             self._end_epoch(epoch, metrics, loss, samples, started)
             done = epoch + 1
             final = done == config.total_epochs
-            on_step_schedule = (
-                every_steps is not None and (done * steps_per_epoch) % every_steps == 0
-            )
-            if done % config.save_every == 0 or final or on_step_schedule:
+            if schedule.after_epoch(done):
                 self.checkpoint(done, 0, EpochLoss(), 0, final=final)
                 last_saved = (done, 0)
             if final:
