@@ -302,8 +302,8 @@ def stall_round(nbytes: int, repeats: int, directory: Path) -> dict[str, Any]:
     state = stall_state(nbytes)
     sync = CheckpointWriter(CheckpointStore(directory / "sync", keep=2), background=False)
     ours = CheckpointWriter(CheckpointStore(directory / "ours", keep=2))
-    sync.store.directory.mkdir()
-    ours.store.directory.mkdir()
+    sync.store.storage.create()
+    ours.store.storage.create()
     # The trainer calls prepare() before training and again after its first step, when the
     # optimizer has created its lazy slots, so the first save finds its staging buffer whole.
     started = time.perf_counter()

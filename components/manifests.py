@@ -24,14 +24,14 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
 from components.setting_values import quantity_value
-from components.settings import StackSettings
+from components.settings import StackSettings, job_key
 
 APP_DIR = "/opt/pytorch-distributed"
 ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"
@@ -173,32 +173,68 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class TrainerArgument:
+    """One argument of the trainer's command line and the stack setting it carries: declared
+    here once, for the pods' args (:func:`trainer_args`) and for naming the setting when the
+    trainer refuses its value (the local runner's preflight). tests/components/test_manifests.py
+    holds each one to the trainer's own parser (trainer/cli.py).
+
+    ``field``: the trainer's TrainConfig field it sets; ``flag``: its flag (None: a positional,
+    in TRAINER_ARGUMENTS' order); ``setting``: the stack key, as a person writes it;
+    ``attribute``: the JobSettings attribute it is, when it is one (a local run's override flags
+    go by it); ``value``: its value for a stack, None to leave it to the trainer's default."""
+
+    field: str
+    flag: str | None
+    setting: str
+    value: Callable[[StackSettings], Any]
+    attribute: str | None = None
+
+
+def _job_argument(field: str, flag: str | None) -> TrainerArgument:
+    """An argument that is the JobSettings attribute of the same name."""
+    return TrainerArgument(
+        field, flag, job_key(field) or field, lambda s: getattr(s.job, field), attribute=field
+    )
+
+
+TRAINER_ARGUMENTS: tuple[TrainerArgument, ...] = (
+    _job_argument("batch_size", "--batch_size"),
+    _job_argument("total_epochs", None),
+    _job_argument("save_every", None),
+    TrainerArgument(
+        "checkpoint_dir", "--checkpoint-dir", "checkpoints.mountPath", lambda s: s.checkpoint_dir
+    ),
+    _job_argument("dataset_size", "--dataset-size"),
+    _job_argument("task", "--task"),
+    _job_argument("init_from", "--init-from"),
+    _job_argument("save_every_steps", "--save-every-steps"),
+    # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
+    TrainerArgument(
+        "global_batch_size",
+        "--global-batch-size",
+        "job.batchSize x job.nodes x job.gpusPerNode",
+        lambda s: s.job.global_batch_size if s.job.elastic is not None else None,
+    ),
+)
+
+
+def trainer_argument(field: str) -> TrainerArgument | None:
+    """The argument that sets the trainer's ``field``; None for one no stack setting carries
+    (the seed, --keep)."""
+    return next((argument for argument in TRAINER_ARGUMENTS if argument.field == field), None)
+
+
 def trainer_args(settings: StackSettings) -> list[str]:
     """entrypoint.sh arguments: its own flags, `--`, then the trainer CLI."""
     job = settings.job
     max_restarts = job.elastic.max_restarts if job.elastic is not None else job.max_restarts
-    args = [
-        "--max-restarts",
-        str(max_restarts),
-        "--",
-        "--batch_size",
-        str(job.batch_size),
-        str(job.total_epochs),
-        str(job.save_every),
-        "--checkpoint-dir",
-        settings.checkpoint_dir,
-        "--dataset-size",
-        str(job.dataset_size),
-    ]
-    if job.task is not None:
-        args += ["--task", job.task]
-    if job.init_from is not None:
-        args += ["--init-from", job.init_from]
-    if job.save_every_steps is not None:
-        args += ["--save-every-steps", str(job.save_every_steps)]
-    if job.elastic is not None:
-        # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
-        args += ["--global-batch-size", str(job.global_batch_size)]
+    args = ["--max-restarts", str(max_restarts), "--"]
+    for argument in TRAINER_ARGUMENTS:
+        value = argument.value(settings)
+        if value is not None:
+            args += [str(value)] if argument.flag is None else [argument.flag, str(value)]
     return args
 
 

@@ -26,6 +26,7 @@ from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
 from components.pod_admission import PodAdmission, PodAdmissionHook
 from components.previous_run import PreviousRun, PreviousRunHook
 from components.settings import JobSettings
+from components.stack_objects import StackObjects
 
 
 def watched_job(
@@ -99,9 +100,10 @@ def watched_job(
 class PyTorchJob(pulumi.ComponentResource):
     """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted.
 
-    `manifest` is the job from `stack_objects`; the Kubernetes provider comes from the parent's
-    `providers`, and `kube_context` is its context, which the hooks watch the job through.
-    """
+    `objects` are the stack's (`stack_objects`), the job among them; the Kubernetes provider
+    comes from the parent's `providers`, and `kube_context` is its context, which the hooks
+    watch the job through. Every job API's component takes these arguments (see
+    components/training_environment.py `job_component`)."""
 
     job_name: pulumi.Output[str]
 
@@ -109,7 +111,7 @@ class PyTorchJob(pulumi.ComponentResource):
         self,
         name: str,
         job: JobSettings,
-        manifest: Mapping[str, Any],
+        objects: StackObjects,
         *,
         kube_context: str | None,
         depends_on: Sequence[pulumi.Resource] = (),
@@ -117,6 +119,6 @@ class PyTorchJob(pulumi.ComponentResource):
     ) -> None:
         super().__init__("pytorch-distributed:index:PyTorchJob", name, None, opts)
         self.job, self.job_name = watched_job(
-            name, job, manifest, kube_context=kube_context, depends_on=depends_on, parent=self
+            name, job, objects.job, kube_context=kube_context, depends_on=depends_on, parent=self
         )
         self.register_outputs({"jobName": self.job_name})

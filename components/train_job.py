@@ -13,14 +13,14 @@ With `job.waitFor` running or succeeded, the same resource hooks as a PyTorchJob
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.pytorch_job import watched_job
 from components.settings import JobSettings
+from components.stack_objects import StackObjects
 
 
 class TrainJob(pulumi.ComponentResource):
@@ -33,8 +33,7 @@ class TrainJob(pulumi.ComponentResource):
         self,
         name: str,
         job: JobSettings,
-        manifest: Mapping[str, Any],
-        runtime: Mapping[str, Any] | None,
+        objects: StackObjects,
         *,
         kube_context: str | None,
         depends_on: Sequence[pulumi.Resource] = (),
@@ -43,6 +42,7 @@ class TrainJob(pulumi.ComponentResource):
         super().__init__("pytorch-distributed:index:TrainJob", name, None, opts)
         dependencies = list(depends_on)
         self.runtime: k8s.apiextensions.CustomResource | None = None
+        runtime = objects.runtime
         if runtime is not None:
             self.runtime = k8s.apiextensions.CustomResource(
                 f"{name}-runtime",
@@ -56,7 +56,7 @@ class TrainJob(pulumi.ComponentResource):
         self.job, self.job_name = watched_job(
             name,
             job,
-            manifest,
+            objects.job,
             kube_context=kube_context,
             depends_on=dependencies,
             parent=self,

@@ -8,8 +8,11 @@ kubeconfig happens to point at. Which children exist follows `stack_objects`, as
 
 from __future__ import annotations
 
+import importlib
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Protocol
 
 import pulumi
 import pulumi_docker as docker
@@ -17,13 +20,11 @@ import pulumi_kubernetes as k8s
 from pydantic.alias_generators import to_camel
 
 from components.checkpoint_volume import CheckpointVolume
-from components.job_apis import api_of_settings
+from components.job_apis import JobApi, api_of_settings
 from components.manifests import resource_names
-from components.pytorch_job import PyTorchJob
 from components.registry_credential import RegistryCredential
-from components.settings import StackSettings
-from components.stack_objects import stack_objects
-from components.train_job import TrainJob
+from components.settings import JobSettings, StackSettings
+from components.stack_objects import StackObjects, stack_objects
 from components.training_image import TrainingImage, registry_auth
 
 
@@ -34,6 +35,31 @@ def kubectl(settings: StackSettings, *args: str) -> str:
         words += ["--context", settings.kube_context]
     words += ["--namespace", settings.namespace, *args]
     return shlex.join(words)
+
+
+class JobComponent(Protocol):
+    """What every job API's Pulumi component is: built from the job's settings and the stack's
+    objects (its job, and its runtime where it has one), it names the job once it exists."""
+
+    job_name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        job: JobSettings,
+        objects: StackObjects,
+        *,
+        kube_context: str | None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None: ...
+
+
+def job_component(api: JobApi) -> type[JobComponent]:
+    """The Pulumi component of `api`, which names it (`JobApi.component`, "module:Class")."""
+    module, _, name = api.component.partition(":")
+    component: type[JobComponent] = getattr(importlib.import_module(module), name)
+    return component
 
 
 @dataclass(frozen=True)
@@ -85,8 +111,8 @@ def stack_outputs(
 
 
 class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, RegistryCredential, CheckpointVolume and the job: a PyTorchJob or a
-    TrainJob, as `job.api` says."""
+    """Composes TrainingImage, RegistryCredential, CheckpointVolume and the job: the component of
+    the job API `job.api` names (a PyTorchJob or a TrainJob)."""
 
     outputs: StackOutputs
 
@@ -150,24 +176,12 @@ class TrainingEnvironment(pulumi.ComponentResource):
             f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child
         )
         job_dependencies.append(volume)
-        job: PyTorchJob | TrainJob
-        if settings.job.api == "trainjob":
-            job = TrainJob(
-                f"{name}-job",
-                settings.job,
-                objects.job,
-                objects.runtime,
-                kube_context=settings.kube_context,
-                depends_on=job_dependencies,
-                opts=child,
-            )
-        else:
-            job = PyTorchJob(
-                f"{name}-job",
-                settings.job,
-                objects.job,
-                kube_context=settings.kube_context,
-                depends_on=job_dependencies,
-                opts=child,
-            )
+        job = job_component(api_of_settings(settings))(
+            f"{name}-job",
+            settings.job,
+            objects,
+            kube_context=settings.kube_context,
+            depends_on=job_dependencies,
+            opts=child,
+        )
         return image.image_ref, volume.claim_name, job.job_name

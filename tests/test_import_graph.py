@@ -1,6 +1,6 @@
 """The project's import graph (ARCHITECTURE.md): no circles among module-level imports, and no
 import that runs back up the layers (settings -> builders -> components; trainer loop -> store ->
-disk; tools and tests on top).
+storage -> disk; tools and tests on top).
 
 Read from the source with ast, not by importing, so the check costs nothing and sees every module.
 Imports under `if TYPE_CHECKING:` are annotations only and do not count; imports inside a
@@ -29,7 +29,8 @@ ALLOWED = {
 }
 # Layers inside a package, lowest first: a module never imports one of a higher layer. Settings
 # -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's
-# disk writer -> checkpoint store -> resume decision and restore -> training loop.
+# disk writer -> a run's storage (the interface and its backends) -> checkpoint store, metrics
+# and command line -> resume decision and restore -> training loop.
 LAYERS = (
     (
         ("components.setting_values",),
@@ -48,7 +49,8 @@ LAYERS = (
     ),
     (
         ("trainer.durable_file", "trainer.checkpoint_schema"),
-        ("trainer.checkpoint",),
+        ("trainer.storage",),
+        ("trainer.checkpoint", "trainer.metrics", "trainer.cli"),
         ("trainer.async_writer", "trainer.resume", "trainer.restore"),
         ("trainer.loop",),
     ),

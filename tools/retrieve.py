@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import io
 import secrets
 import shlex
@@ -54,8 +53,6 @@ from tools.stack_cli import add_stack_arguments
 if TYPE_CHECKING:  # the trainer imports torch: only when a manifest is read
     from trainer.checkpoint import CheckpointEntry
 
-MANIFEST = "manifest.json"
-METRICS = "metrics.jsonl"
 # Long enough for a large checkpoint to stream; the pod ends by itself after it regardless.
 DEADLINE_SECONDS = 3600
 START_TIMEOUT_S = 300.0
@@ -172,13 +169,6 @@ def plan_reader(settings: StackSettings, cluster: Cluster, image: str | None) ->
         node=node,
         trainer_image=image is None,
     )
-
-
-def manifest_entries(directory: Path) -> list[CheckpointEntry]:
-    """The committed checkpoints of a copied manifest, oldest first (the trainer's reader)."""
-    from trainer.checkpoint import CheckpointStore
-
-    return CheckpointStore(directory).manifest()
 
 
 def select_entries(
@@ -348,11 +338,6 @@ def unreadable(settings: StackSettings, stderr: str) -> str | None:
     )
 
 
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 def retrieve(
     settings: StackSettings,
     out: Path,
@@ -363,14 +348,17 @@ def retrieve(
     say: Any = print,
 ) -> list[Path]:
     """Copy the selected checkpoints, manifest and metrics to `out`; return the copied
-    checkpoints, each verified against the manifest."""
+    checkpoints, each verified against the manifest by the trainer's own store."""
+    from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
+    from trainer.metrics import METRICS_NAME
+
     cluster = Cluster(settings)
     reader = plan_reader(settings, cluster, image)
     directory = settings.checkpoint_dir
     with ReaderPod(cluster, settings, reader) as pod:
         say(f"reader pod {pod.name} mounts claim {resource_names(settings).claim} read-only")
         listed = pod.run(["ls", "-1", "--", directory])
-        if listed[0] != 0 or MANIFEST not in listed[1].split():
+        if listed[0] != 0 or MANIFEST_NAME not in listed[1].split():
             raise RetrieveError(
                 unreadable(settings, listed[2])
                 or f"no committed checkpoint in {directory} on the claim yet"
@@ -382,17 +370,24 @@ def retrieve(
                 raise RetrieveError(unreadable(settings, err) or last)
             say(described.strip())
         out.mkdir(parents=True, exist_ok=True)
-        extras = [name for name in (MANIFEST, METRICS) if name in listed[1].split()]
+        extras = [name for name in (MANIFEST_NAME, METRICS_NAME) if name in listed[1].split()]
         pod.copy_out(directory, extras, out)
-        chosen = select_entries(manifest_entries(out), epoch=epoch, every=every)
+        copies = CheckpointStore(out)
+        try:
+            entries = copies.manifest()
+        except CheckpointError as error:
+            raise RetrieveError(str(error)) from None
+        chosen = select_entries(entries, epoch=epoch, every=every)
         pod.copy_out(directory, [entry.file for entry in chosen], out)
     copied = []
     for entry in chosen:
-        path = out / entry.file
-        if path.stat().st_size != entry.size or file_sha256(path) != entry.sha256:
-            raise RetrieveError(f"{path}: does not match its manifest entry (size, sha256)")
-        say(f"{path}: epoch {entry.epochs_completed}, sha256 {entry.sha256} verified")
-        copied.append(path)
+        try:
+            copies.verify(entry)
+        except CheckpointError as error:
+            raise RetrieveError(str(error)) from None
+        where = copies.storage.location_of(entry.file)
+        say(f"{where}: epoch {entry.epochs_completed}, sha256 {entry.sha256} verified")
+        copied.append(out / entry.file)
     return copied
 
 

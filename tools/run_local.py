@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
+from components.manifests import trainer_argument
 from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
 from tools.local_backends import LocalBackend
 from tools.local_backends.container import (
@@ -177,11 +178,15 @@ def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackS
     return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **changes))
 
 
-def setting_name(attribute: str, args: argparse.Namespace) -> str:
-    """How the user set a job setting: its key, and the flag when one overrode it."""
-    key = job_key(attribute) or attribute
-    flag = OVERRIDE_FLAGS.get(attribute)
-    return f"{flag} ({key})" if flag and getattr(args, attribute, None) is not None else key
+def setting_name(field: str, args: argparse.Namespace) -> str | None:
+    """How the user set what the trainer's `field` carries: its stack key, and the flag when
+    one overrode it; None when no stack setting carries it (the seed)."""
+    argument = trainer_argument(field)
+    if argument is None:
+        return None
+    flag = OVERRIDE_FLAGS.get(argument.attribute or "")
+    overridden = flag is not None and getattr(args, argument.attribute or "", None) is not None
+    return f"{flag} ({argument.setting})" if overridden else argument.setting
 
 
 def rank0(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> PodRole:
@@ -212,13 +217,14 @@ def preflight(
     of another run (other batch size, dataset size, task or world size) in the job's
     directory. Nothing is created. Raises LocalRunError, one line naming the setting."""
     # Imported here: torch comes with them, and only a run that got this far needs it.
-    from trainer.cli import UsageError, parse_config, unusable_directory
+    from trainer.cli import UsageError, parse_config
     from trainer.resume import GLOBAL_BATCH, WORLD_SIZE, ResumeRefusedError
     from trainer.resume import preflight as trainer_preflight
+    from trainer.storage import open_storage
 
     root = f"--checkpoint-root = '{checkpoint_root}'"
     allowed = "pass a directory this user can write (it is created if missing)"
-    if (problem := unusable_directory(checkpoint_root)) is not None:
+    if (problem := open_storage(checkpoint_root).unusable()) is not None:
         raise LocalRunError(f"{root}: {problem}; {allowed}")
     argv = trainer_argv(job, checkpoint_root, repo_root)
     unchecked_task: str | None = None
@@ -232,8 +238,8 @@ def preflight(
     except UsageError as error:
         if error.field == "checkpoint_dir":
             raise LocalRunError(f"{root}: the job's directory: {error}; {allowed}") from None
-        key = job_key(error.field) if error.field else None
-        where = f"{key}: " if key else f"the trainer's arguments {argv}: "
+        argument = trainer_argument(error.field) if error.field else None
+        where = f"{argument.setting}: " if argument else f"the trainer's arguments {argv}: "
         raise LocalRunError(f"{where}{error}") from None
     if unchecked_task is not None:
         config = dataclasses.replace(config, task=unchecked_task)
@@ -261,10 +267,11 @@ def preflight(
                 f"written with {mismatch.saved} (a checkpoint resumes on any number of nodes, "
                 f"but with its own global batch); {other_ways}"
             ) from None
-        if job_key(mismatch.setting) is None:  # the seed, or unknown: the trainer's words
+        name = setting_name(mismatch.setting, args)
+        if name is None:  # the seed, or unknown: the trainer's words
             raise LocalRunError(str(error)) from None
         raise LocalRunError(
-            f"{setting_name(mismatch.setting, args)} = {mismatch.current!r}: the checkpoints in "
+            f"{name} = {mismatch.current!r}: the checkpoints in "
             f"{directory} were written with {mismatch.saved!r} (a checkpoint resumes only a run "
             f"with the same batch size, dataset size, seed and task); use {mismatch.saved!r} to "
             f"resume them; {other_ways}"

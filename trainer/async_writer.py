@@ -1,6 +1,7 @@
 """Where and when a checkpoint is committed: inline, by a writer process, or by a writer
-thread, whichever stalls the training loop less. The commit itself (file, manifest, snapshot,
-retention) is the store's (:class:`trainer.checkpoint.CheckpointStore`); this module owns only
+thread, whichever stalls the training loop less. The commit itself (object, manifest, snapshot,
+retention, on whichever storage backend) is the store's
+(:class:`trainer.checkpoint.CheckpointStore`); this module owns only
 the machinery around it: the writer process and its pipe, the staging buffers it reads
 (``trainer.staging``), the thread fallback, and the policy that picks between them. Either way
 the loop never waits longer than a synchronous save.
@@ -320,8 +321,8 @@ class CheckpointWriter:
 
     def _committed(self, entry: CheckpointEntry) -> None:
         self.last_committed = entry
-        directory = self.store.directory
-        LOG.info("checkpoint committed: %s (%d bytes)", directory / entry.file, entry.size)
+        where = self.store.storage.location_of(entry.file)
+        LOG.info("checkpoint committed: %s (%d bytes)", where, entry.size)
 
     def _commit_in_thread(self, state: dict[str, Any], epochs: int, step: int) -> None:
         try:

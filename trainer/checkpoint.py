@@ -1,23 +1,24 @@
-"""The checkpoint store: what is on disk, how it gets there safely and how it is read back.
+"""The checkpoint store: what a run keeps, how it gets there safely and how it is read back.
 Atomic commit, a manifest with checksums, keep-K retention, verification with fallback to the
 previous checkpoint, setting corrupt files aside, and the inspection command. No process or
 thread of its own: the trainer's writer (``trainer.async_writer``) decides *when and where* a
 commit runs, the resume decision (``trainer.resume``) *which* checkpoint to continue from; this
-module is *what* a commit and a read are, so each stays testable without the others. How a
-single file reaches the disk durably (temporary file, O_DIRECT, fsync, rename) is
-``trainer.durable_file``.
+module is *what* a commit and a read are, so each stays testable without the others. Where the
+bytes go is the run's storage (``trainer.storage``: a directory, or another backend chosen by
+the root's scheme), through one interface; the protocol below is the same on every backend.
 
-Layout of a checkpoint directory::
+What a run's root holds::
 
-    checkpoint-e000025-s000000.pt   one file per checkpoint (epochs completed, step in epoch)
+    checkpoint-e000025-s000000.pt   one object per checkpoint (epochs completed, step in epoch)
     manifest.json                   committed checkpoints, oldest first, with sha256 and size
     snapshot.pt                     the latest committed checkpoint (hard link, or copy)
     metrics.jsonl                   one JSON line per epoch (written by trainer.metrics)
     rejected/                       checkpoints a resume found corrupt, set aside (never deleted)
 
-The manifest is the commit point: a checkpoint file that is not listed there (a write that was
-killed) is never used. Run ``python -m trainer.checkpoint DIR`` to see what a resume would use.
-What a file holds is ``trainer.checkpoint_schema``.
+The manifest is the commit point: objects first, then the manifest naming them with their
+sha256, so a checkpoint that is not listed there (a write that was killed) is never used. Run
+``python -m trainer.checkpoint ROOT`` to see what a resume would use. What a file holds is
+``trainer.checkpoint_schema``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import json
 import logging
 import mmap
 import os
-import shutil
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -40,18 +40,14 @@ from typing import Any
 import torch
 
 from trainer.checkpoint_schema import FORMAT_VERSION, CheckpointError, TrainingCheckpoint
-from trainer.durable_file import (
-    TEMPORARY_GLOB,
-    fsync_directory,
-    storages_aligned_for_direct_io,
-    temporary_name,
-    write_atomically,
-)
+from trainer.durable_file import storages_aligned_for_direct_io
+from trainer.storage import RunStorage, StorageRoot, open_storage
 
 MANIFEST_NAME = "manifest.json"
 SNAPSHOT_NAME = "snapshot.pt"
-# Test and debugging hook: seconds a commit pauses after the bytes are in the temporary file
-# and before fsync + rename, so a kill can land while a write is in flight.
+# Test and debugging hook: seconds a commit pauses after the bytes are out and before they are
+# committed (fsync + rename, or an upload's completion), so a kill can land while a write is in
+# flight.
 WRITE_DELAY_ENV = "TRAINER_CHECKPOINT_WRITE_DELAY"
 REJECTED_DIR = "rejected"
 _HASH_CHUNK = 16 << 20
@@ -100,13 +96,16 @@ def model_sha256(state: Mapping[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def load_checkpoint(path: Path, *, mmap: bool = False) -> TrainingCheckpoint:
-    """``mmap``: map the file instead of reading it; the tensors are backed by the page cache
-    until the caller copies them into its model, so no second copy of the state is made."""
+def load_checkpoint(
+    path: Path, *, mmap: bool = False, source: str | None = None
+) -> TrainingCheckpoint:
+    """A checkpoint file of this machine, unverified. ``mmap``: map the file instead of reading
+    it; the tensors are backed by the page cache until the caller copies them into its model,
+    so no second copy of the state is made. ``source``: how errors name it (default: path)."""
     # weights_only: a checkpoint holds tensors and plain containers only, so loading it never
     # runs code from the (shared, writable) volume.
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    return TrainingCheckpoint.from_state(state, str(path))
+    return TrainingCheckpoint.from_state(state, source or str(path))
 
 
 def _sha256_of(data: Any) -> str:
@@ -119,9 +118,10 @@ def _sha256_of(data: Any) -> str:
 
 
 def _read_verified(
-    path: Path, sha256: str | None, size: int | None
+    path: Path, sha256: str | None, size: int | None, shown: str
 ) -> tuple[TrainingCheckpoint, str]:
     """Read ``path`` once; check size and sha256 over exactly the bytes that are deserialised.
+    ``shown``: the object's location in errors (``path`` may be a downloaded copy).
 
     The file is memory-mapped: the hash (in a thread) faults its pages into the page cache,
     and ``torch.load(mmap=True)`` maps those same pages, so the volume is read once and the
@@ -129,20 +129,14 @@ def _read_verified(
     and a copy that costs as much as the read). Both see the same inode (checked: checkpoint
     files are only ever renamed into place, never rewritten). Returns the state and the sha256
     (useful when the caller had none to compare with)."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing") from None
-    except OSError as error:
-        raise CheckpointError(f"{path} cannot be read: {error}") from error
-    with handle:
+    with path.open("rb") as handle:
         info = os.fstat(handle.fileno())
         if size is not None and info.st_size != size:
             raise CheckpointError(
-                f"{path} has {info.st_size} bytes, manifest says {size} (truncated?)"
+                f"{shown} has {info.st_size} bytes, manifest says {size} (truncated?)"
             )
         if info.st_size == 0:
-            raise CheckpointError(f"{path} is empty")
+            raise CheckpointError(f"{shown} is empty")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
             with contextlib.suppress(AttributeError, OSError):  # madvise: Linux, Python >= 3.8
                 view.madvise(mmap.MADV_SEQUENTIAL)
@@ -152,20 +146,20 @@ def _read_verified(
             loaded: TrainingCheckpoint | None = None
             problem: BaseException | None = None
             try:
-                loaded = load_checkpoint(path, mmap=True)
+                loaded = load_checkpoint(path, mmap=True, source=shown)
                 same = path.stat()
                 if (same.st_ino, same.st_dev) != (info.st_ino, info.st_dev):
-                    problem = CheckpointError(f"{path} was replaced while it was being read")
+                    problem = CheckpointError(f"{shown} was replaced while it was being read")
             except Exception as error:  # judged after the hash: a bad hash is the better diagnosis
                 problem = error
             finally:
                 hasher.join()
     if sha256 is not None and digest[0] != sha256:
-        raise CheckpointError(f"{path} fails its sha256 check (corrupted)")
+        raise CheckpointError(f"{shown} fails its sha256 check (corrupted)")
     if isinstance(problem, CheckpointError):
         raise problem
     if problem is not None or loaded is None:
-        raise CheckpointError(f"{path} cannot be loaded: {problem}") from problem
+        raise CheckpointError(f"{shown} cannot be loaded: {problem}") from problem
     return loaded, digest[0]
 
 
@@ -174,42 +168,46 @@ class Resumable:
     """The newest checkpoint that verified, read: what a resume continues from."""
 
     entry: CheckpointEntry
-    path: Path
+    location: str  # where it is, for messages and for the ranks that load it after rank 0
     checkpoint: TrainingCheckpoint
     skipped: tuple[str, ...]  # why newer checkpoints were passed over
     skipped_entries: tuple[CheckpointEntry, ...] = ()
 
 
-@dataclass(frozen=True)
 class CheckpointStore:
-    """One checkpoint directory: what is committed there and how a checkpoint gets in or out.
+    """One run's checkpoints: what is committed under its root and how a checkpoint gets in or
+    out, whichever storage backend holds them.
 
-    Writing: :meth:`commit` (file, manifest, snapshot link, retention of ``keep``). Reading:
+    Writing: :meth:`commit` (object, manifest, snapshot, retention of ``keep``). Reading:
     :meth:`manifest`, :meth:`find_resumable` (newest verified, with fallback), :meth:`read_file`
-    (one file, verified against the manifest when listed there), and the repairs a resume
-    makes (:meth:`set_aside`, :meth:`remove_stale_temporaries`). Plain and picklable, so the
-    writer process receives it whole; ``keep`` matters only to commits."""
+    (one object, verified against the manifest when listed there), :meth:`verify` (sha256 and
+    size only) and :meth:`load` (unverified), and the repairs a resume makes
+    (:meth:`set_aside`, :meth:`remove_partial_writes`). ``root``: a path, a storage URL or an
+    opened :class:`~trainer.storage.RunStorage`. Plain and picklable, so the writer process
+    receives it whole; ``keep`` matters only to commits."""
 
-    directory: Path
-    keep: int = 2
-    write_delay_s: float = 0.0  # see WRITE_DELAY_ENV
+    def __init__(self, root: StorageRoot, keep: int = 2, write_delay_s: float = 0.0) -> None:
+        if keep < 2:
+            raise ValueError(f"keep must be >= 2 so a fallback exists, got {keep}")
+        self.storage: RunStorage = open_storage(root)
+        self.keep = keep
+        self.write_delay_s = write_delay_s  # see WRITE_DELAY_ENV
 
-    def __post_init__(self) -> None:
-        if self.keep < 2:
-            raise ValueError(f"keep must be >= 2 so a fallback exists, got {self.keep}")
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.storage.location!r}, keep={self.keep})"
 
     # -- reading ------------------------------------------------------------------------------
 
     def manifest(self) -> list[CheckpointEntry]:
         """The committed checkpoints, oldest first (empty when nothing was ever committed)."""
-        path = self.directory / MANIFEST_NAME
-        if not path.exists():
-            return []
+        shown = self.storage.location_of(MANIFEST_NAME)
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(self.storage.read_bytes(MANIFEST_NAME))
             return [CheckpointEntry.from_json(item) for item in raw["checkpoints"]]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise CheckpointError(f"manifest {path} is unreadable: {error}") from error
+            raise CheckpointError(f"manifest {shown} is unreadable: {error}") from error
 
     def find_resumable(self) -> Resumable | None:
         """Newest checkpoint that verifies; None when nothing was ever committed. Raises
@@ -219,82 +217,112 @@ class CheckpointStore:
         skipped: list[str] = []
         bad: list[CheckpointEntry] = []
         for entry in reversed(entries):
-            path = self.directory / entry.file
             try:
-                checkpoint, _ = _read_verified(path, entry.sha256, entry.size)
+                checkpoint, _ = self._read(entry.file, entry.sha256, entry.size)
             except CheckpointError as error:
                 skipped.append(str(error))
                 bad.append(entry)
                 LOG.warning("checkpoint unusable, falling back to the previous one: %s", error)
                 continue
-            return Resumable(entry, path, checkpoint, tuple(skipped), tuple(bad))
+            location = self.storage.location_of(entry.file)
+            return Resumable(entry, location, checkpoint, tuple(skipped), tuple(bad))
         if entries:
             raise CheckpointError(
-                f"no usable checkpoint in {self.directory}: " + "; ".join(skipped) + ". Move "
-                "the directory aside (or pass another --checkpoint-dir) to start from scratch."
+                f"no usable checkpoint in {self.storage.location}: " + "; ".join(skipped) + ". "
+                "Move the directory aside (or pass another --checkpoint-dir) to start from "
+                "scratch."
             )
         return None
 
     def read_file(self, name: str) -> tuple[TrainingCheckpoint, str]:
-        """DIR/``name`` read once and verified: against its manifest entry when it is listed
+        """Object ``name`` read once and verified: against its manifest entry when it is listed
         (a committed checkpoint), else only loadable (a file copied here by hand). Returns the
         state and its sha256."""
         listed = {entry.file: entry for entry in self.manifest()}
         entry = listed.get(name)
         sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
-        return _read_verified(self.directory / name, sha256, size)
+        return self._read(name, sha256, size)
+
+    def load(self, name: str) -> TrainingCheckpoint:
+        """Object ``name`` mapped, unverified: for the ranks that follow rank 0, which verified
+        it, and for naming what differs in a refusal."""
+        shown = self.storage.location_of(name)
+        with self._reading(name) as path:
+            return load_checkpoint(path, mmap=True, source=shown)
+
+    def verify(self, entry: CheckpointEntry) -> None:
+        """Raise CheckpointError unless the object of ``entry`` has its size and sha256 (not
+        deserialised: a copy's check)."""
+        shown = self.storage.location_of(entry.file)
+        with self._reading(entry.file) as path, path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        if (size, digest) != (entry.size, entry.sha256):
+            raise CheckpointError(
+                f"{shown} does not match its manifest entry: {size} bytes with sha256 {digest}, "
+                f"listed as {entry.size} bytes with sha256 {entry.sha256}"
+            )
+
+    def _read(
+        self, name: str, sha256: str | None, size: int | None
+    ) -> tuple[TrainingCheckpoint, str]:
+        with self._reading(name) as path:
+            return _read_verified(path, sha256, size, self.storage.location_of(name))
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Any:
+        """The object as a local file; a missing or unreadable one is a CheckpointError."""
+        shown = self.storage.location_of(name)
+        try:
+            with self.storage.local_file(name) as path:
+                yield path
+        except FileNotFoundError:
+            raise CheckpointError(f"{shown} is missing") from None
+        except OSError as error:
+            raise CheckpointError(f"{shown} cannot be read: {error}") from error
 
     # -- repairs a resume makes ---------------------------------------------------------------
 
-    def set_aside(self, found: Resumable) -> list[Path]:
+    def set_aside(self, found: Resumable) -> list[str]:
         """After a fallback: drop the entries that failed verification from the manifest and
-        move their files to DIR/rejected/ (kept for a post-mortem, never deleted by us).
+        move their objects to ROOT/rejected/ (kept for a post-mortem, never deleted by us).
         Without this, retention counts the corrupt entries as kept checkpoints and may delete
         the good one the run resumed from. The manifest is rewritten first (the commit point),
-        so a kill between the two steps leaves at worst a stray file in DIR, never a manifest
-        naming a moved file."""
+        so a kill between the two steps leaves at worst a stray object, never a manifest
+        naming a moved one. Returns the names of the objects moved."""
         if not found.skipped_entries:
             return []
         bad = {entry.file for entry in found.skipped_entries}
         self._write_manifest([e for e in self.manifest() if e.file not in bad])
-        self._point_snapshot_at(found.path)
-        rejected = self.directory / REJECTED_DIR
-        rejected.mkdir(exist_ok=True)
-        moved: list[Path] = []
-        for name in sorted(bad):
-            source = self.directory / name
-            if source.exists():
-                target = rejected / name
-                source.replace(target)
-                moved.append(target)
-        fsync_directory(self.directory)
-        return moved
+        self.storage.copy(found.entry.file, SNAPSHOT_NAME)
+        return [name for name in sorted(bad) if self.storage.move(name, f"{REJECTED_DIR}/{name}")]
 
-    def remove_stale_temporaries(self) -> None:
-        """Temp files left by a killed write are garbage by construction (never committed)."""
-        for stale in self.directory.glob(TEMPORARY_GLOB):
-            with contextlib.suppress(OSError):
-                stale.unlink()
+    def remove_partial_writes(self) -> None:
+        """What a killed write left is garbage by construction (never committed)."""
+        self.storage.remove_partial_writes()
 
     # -- writing ------------------------------------------------------------------------------
 
     def commit(
         self, state: Mapping[str, Any], epochs: int, step: int, *, direct_io: bool = False
     ) -> CheckpointEntry:
-        """Write, verify-able and atomically: file, then manifest (the commit), then snapshot
-        link, then retention. Safe to kill at any point. ``state`` is
+        """Write, verify-able and atomically: the object, then the manifest (the commit), then
+        the snapshot, then retention. Safe to kill at any point. ``state`` is
         :meth:`TrainingCheckpoint.to_state`'s dictionary (or a staged copy of it).
-        ``direct_io``: write the file past the page cache (see ``ChecksummedFile``)."""
+        ``direct_io``: the background writer's write, kept off the page cache where the medium
+        allows (see ``trainer.durable_file.ChecksummedFile``)."""
         checkpoint = TrainingCheckpoint.from_state(state, "the state to commit")
         name = checkpoint_name(epochs, step)
-        target = self.directory / name
         with storages_aligned_for_direct_io() if direct_io else contextlib.nullcontext():
-            written = write_atomically(
-                target, lambda file: torch.save(state, file), self.write_delay_s, direct=direct_io
+            written = self.storage.write(
+                name,
+                lambda file: torch.save(state, file),  # type: ignore[arg-type]
+                direct=direct_io,
+                delay_s=self.write_delay_s,
             )
         entry = CheckpointEntry(
             file=name,
-            sha256=written.digest.hexdigest(),
+            sha256=written.sha256,
             size=written.size,
             epochs_completed=epochs,
             step_in_epoch=step,
@@ -305,12 +333,11 @@ class CheckpointStore:
         previous = [item for item in self.manifest() if item.file != name]
         kept = [*previous, entry][-self.keep :]
         self._write_manifest(kept)  # the commit point
-        self._point_snapshot_at(target)
+        self.storage.copy(name, SNAPSHOT_NAME)
         kept_files = {item.file for item in kept}
         for old in previous:
             if old.file not in kept_files:
-                with contextlib.suppress(FileNotFoundError):
-                    (self.directory / old.file).unlink()
+                self.storage.delete(old.file)
         return entry
 
     def _write_manifest(self, entries: Sequence[CheckpointEntry]) -> None:
@@ -319,37 +346,27 @@ class CheckpointStore:
             "checkpoints": [asdict(entry) for entry in entries],
         }
         encoded = (json.dumps(payload, indent=2) + "\n").encode()
-        write_atomically(self.directory / MANIFEST_NAME, lambda file: file.write(encoded))
-
-    def _point_snapshot_at(self, target: Path) -> None:
-        """Keep DIR/snapshot.pt (what the tutorial reads) equal to the newest checkpoint. A
-        hard link costs no I/O; filesystems without links get an atomic copy instead."""
-        snapshot = self.directory / SNAPSHOT_NAME
-        temporary = temporary_name(snapshot)
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        try:
-            os.link(target, temporary)
-        except OSError:
-            shutil.copyfile(target, temporary)
-            with temporary.open("rb+") as handle:
-                os.fsync(handle.fileno())
-        temporary.replace(snapshot)
-        fsync_directory(self.directory)
+        self.storage.write(MANIFEST_NAME, lambda file: file.write(encoded))
 
 
-def describe(directory: Path) -> dict[str, Any]:
-    """What ``python -m trainer.checkpoint DIR`` prints."""
-    if not directory.exists():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist")
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory} is not a directory")
-    found = CheckpointStore(directory).find_resumable()
+def load_at(location: str) -> TrainingCheckpoint:
+    """The checkpoint object at ``location`` (a root's location of it), mapped, unverified."""
+    storage, name = open_storage(location).parent()
+    return CheckpointStore(storage).load(name)
+
+
+def describe(root: StorageRoot) -> dict[str, Any]:
+    """What ``python -m trainer.checkpoint ROOT`` prints."""
+    storage = open_storage(root)
+    problem = storage.missing()
+    if problem is not None:
+        raise CheckpointError(f"checkpoint directory {storage.location} {problem}")
+    found = CheckpointStore(storage).find_resumable()
     if found is None:
-        raise CheckpointError(f"no committed checkpoint in {directory} (no {MANIFEST_NAME})")
+        raise CheckpointError(f"no committed checkpoint in {storage.location} (no {MANIFEST_NAME})")
     checkpoint = found.checkpoint
     return {
-        "path": str(found.path),
+        "path": found.location,
         "epochs_completed": checkpoint.epochs_run,
         "step_in_epoch": found.entry.step_in_epoch,
         "epoch_position": checkpoint.epoch_position,
@@ -369,14 +386,18 @@ def describe(directory: Path) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.checkpoint",
-        description="Print, as JSON, the checkpoint a resume from DIR would use.",
+        description="Print, as JSON, the checkpoint a resume from ROOT would use.",
     )
-    parser.add_argument("directory", metavar="DIR", type=Path, help="checkpoint directory")
+    parser.add_argument(
+        "root",
+        metavar="ROOT",
+        help="a run's checkpoint directory, or the URL of its root on another storage backend",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="warning: %(message)s")
     try:
-        info = describe(args.directory)
-    except CheckpointError as error:
+        info = describe(args.root)
+    except (CheckpointError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(json.dumps(info, sort_keys=True))

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, NoReturn
+
+from trainer.storage import locate, open_storage
 
 DEFAULT_TASK = "trainer.task:regression_task"
 # Exit codes of `python -m trainer`, kept by `trainer.launch` as the container's, for the training
@@ -93,43 +93,27 @@ class UsageError(ValueError):
         self.field = field
 
 
-def unusable_directory(path: Path) -> str | None:
-    """Why ``path`` cannot hold checkpoints, or None. A missing directory is fine when it can
-    be created: its nearest existing ancestor is a directory this process may write. Nothing
-    is created, so a refusal leaves nothing behind."""
+def _checkpoint_dir(text: str) -> str:
     try:
-        if path.exists():
-            if not path.is_dir():
-                return "exists and is not a directory"
-            if not os.access(path, os.W_OK | os.X_OK):
-                return "is a directory this user may not write"
-            return None
-        ancestor = next(parent for parent in path.absolute().parents if parent.exists())
-    except OSError as error:  # e.g. a parent this user may not search
-        return f"cannot be inspected ({error.strerror or error})"
-    if not ancestor.is_dir():
-        return f"cannot be created: {ancestor} is not a directory"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"cannot be created: {ancestor} is a directory this user may not write"
-    return None
-
-
-def _checkpoint_dir(text: str) -> Path:
-    path = Path(text)
-    problem = unusable_directory(path)
+        problem = open_storage(text).unusable()
+    except OSError as error:  # an unknown scheme, a storage that cannot be asked
+        raise argparse.ArgumentTypeError(str(error)) from None
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{text!r} {problem}")
-    return path
+    return text
 
 
-def _init_source(text: str) -> Path:
-    path = Path(text)
-    if not path.exists():
+def _init_source(text: str) -> str:
+    try:
+        found = locate(text)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if found is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} does not exist; expected a checkpoint file or a checkpoint directory "
             "of an earlier run"
         )
-    return path
+    return text
 
 
 @dataclass(frozen=True)
@@ -194,10 +178,11 @@ class TrainConfig:
             metavar="N",
         ),
     )
-    checkpoint_dir: Path = field(
-        default=Path("/checkpoints"),
+    checkpoint_dir: str = field(
+        default="/checkpoints",
         metadata=_cli(
-            "shared directory for checkpoints and metrics (default: %(default)s)",
+            "the run's root for checkpoints and metrics: a shared directory, or the URL of "
+            "another storage backend (default: %(default)s)",
             type=_checkpoint_dir,
         ),
     )
@@ -232,11 +217,11 @@ class TrainConfig:
             type=_positive_seconds,
         ),
     )
-    init_from: Path | None = field(
+    init_from: str | None = field(
         default=None,
         metadata=_cli(
             "warm start: a new run (its own --checkpoint-dir) begins from the model weights of "
-            "this checkpoint file, or of the newest verified checkpoint in this directory; a "
+            "this checkpoint file, or of the newest verified checkpoint in this run's root; a "
             "run that already has checkpoints of its own resumes them instead",
             type=_init_source,
             metavar="PATH",
@@ -314,6 +299,11 @@ def build_parser() -> _Parser:
             )
             continue
         spelling: dict[str, Any] = {"dest": spec.name, "default": spec.default, "help": option.help}
+        if isinstance(spec.default, str):
+            # argparse would run `type` on a string default, checking the trainer's own choice
+            # (is /checkpoints writable here?) on every machine that merely parses a command
+            # line; unset reads as None, and parse_config puts the default in.
+            spelling.update(default=None, help=option.help.replace("%(default)s", spec.default))
         if option.action is not None:
             spelling["action"] = option.action
         else:
@@ -327,17 +317,19 @@ def build_parser() -> _Parser:
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     """The validated config; raises :class:`UsageError` (``--help`` still prints and exits)."""
     args = build_parser().parse_config_args(argv)
+    for spec in fields(TrainConfig):
+        if getattr(args, spec.name) is None and isinstance(spec.default, str):
+            setattr(args, spec.name, spec.default)
     if args.init_optimizer and args.init_from is None:
         raise UsageError(
             "--init-optimizer needs --init-from PATH (the run to take it from)", "init_optimizer"
         )
-    if args.init_from is not None:
-        source, own = args.init_from.resolve(), args.checkpoint_dir.resolve()
-        if source == own or own in source.parents:
-            raise UsageError(
-                f"argument --init-from: {str(args.init_from)!r} is inside this run's "
-                f"--checkpoint-dir {str(args.checkpoint_dir)!r}; a warm start writes to a new "
-                "directory, so pass another --checkpoint-dir",
-                "init_from",
-            )
+    own = open_storage(args.checkpoint_dir)
+    if args.init_from is not None and own.encloses(open_storage(args.init_from)):
+        raise UsageError(
+            f"argument --init-from: {args.init_from!r} is inside this run's "
+            f"--checkpoint-dir {args.checkpoint_dir!r}; a warm start writes to a new "
+            "directory, so pass another --checkpoint-dir",
+            "init_from",
+        )
     return TrainConfig(**{spec.name: getattr(args, spec.name) for spec in fields(TrainConfig)})

@@ -1,6 +1,7 @@
 """Durable files: a file appears whole under its name or not at all, and its sha256 and size are
-known without reading it back. The checkpoint store (``trainer.checkpoint``) writes every file
-it commits through :func:`write_atomically`; this module knows nothing of checkpoints.
+known without reading it back. The filesystem backend of a run's storage
+(``trainer.storage.file``) writes every object through :func:`write_atomically`; this module
+knows nothing of checkpoints.
 
 A write goes to a temporary file in the target's directory, is fsynced, renamed over the target,
 and the directory is fsynced, so a kill at any point leaves either the old file or the new one.
@@ -177,7 +178,7 @@ TEMPORARY_GLOB = ".*.tmp-*"
 
 def write_atomically(
     target: Path,
-    write: Callable[[ChecksummedFile], None],
+    write: Callable[[ChecksummedFile], object],
     delay_s: float = 0.0,
     *,
     direct: bool = False,

@@ -1,6 +1,6 @@
 """The training loop: resume from the point rank 0 chose (``trainer.resume``), train with DDP,
-checkpoint on schedule (every SAVE_EVERY epochs, every --save-every-steps steps) / on SIGTERM /
-at the end, and shut the process group down cleanly.
+checkpoint on schedule (``trainer.save_schedule``: every SAVE_EVERY epochs, every
+--save-every-steps steps, at the end) and on SIGTERM, and shut the process group down cleanly.
 
 A step trains one global batch, the same samples on any number of ranks (``trainer.data``): a
 rank runs its share in one forward/backward pass, or in several micro-batches whose gradients
@@ -9,8 +9,9 @@ it accumulates locally (DDP's ``no_sync``) before the one all-reduce of the step
 Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
 rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
 rank, so a restart with the same world size gives every rank back its own RNG stream. What a
-checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the disk is
-``trainer.async_writer`` (when, where) and ``trainer.checkpoint`` (the store).
+checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the run's storage is
+``trainer.async_writer`` (when, where) and ``trainer.checkpoint`` (the store), and the loop
+knows the storage (``trainer.storage``) only by its interface, whichever backend it is.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.async_writer import CheckpointWriter
-from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_checkpoint
+from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_at
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
 from trainer.cli import (
     DEFAULT_PG_TIMEOUT_S,
@@ -54,8 +54,10 @@ from trainer.metrics import EpochLoss, MetricsLog, rewind
 from trainer.restore import resume_from, warm_start_from
 from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
 from trainer.rng import capture_rng
+from trainer.save_schedule import SaveSchedule
 from trainer.step_log import StepLog
 from trainer.stop_agreement import StopAgreement
+from trainer.storage import RunStorage, open_storage
 from trainer.task import Task, TaskContext, build_task
 
 LOG = logging.getLogger("trainer")
@@ -68,6 +70,7 @@ class Trainer:
     task: Task
     model: DistributedDataParallel
     data: GlobalBatches
+    storage: RunStorage  # the run's root: checkpoints and metrics
     writer: CheckpointWriter | None  # rank 0 only
     origin: Mapping[str, Any] | None = None  # a warm start's source, kept in every checkpoint
     step_log: StepLog | None = None  # the TRAINER_STEP_LOG hook
@@ -88,17 +91,20 @@ class Trainer:
         )
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         model = DistributedDataParallel(task.model, device_ids=device_ids)
+        storage = open_storage(config.checkpoint_dir)
         writer = None
         if ctx.is_main:
             delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
-            writer = CheckpointWriter(CheckpointStore(config.checkpoint_dir, config.keep, delay))
+            writer = CheckpointWriter(CheckpointStore(storage, config.keep, delay))
         step_log = StepLog.from_environment(ctx.rank, ctx.world_size)
-        return cls(config, ctx, task, model, data, writer, step_log=step_log)
+        return cls(config, ctx, task, model, data, storage, writer, step_log=step_log)
 
-    def _chosen_checkpoint(self, path: str, state: TrainingCheckpoint | None) -> TrainingCheckpoint:
-        """Rank 0 already holds the state it verified; the others map the same file (its pages
-        are in the cache on a shared node), so no rank reads it twice."""
-        return state if state is not None else load_checkpoint(Path(path), mmap=True)
+    def _chosen_checkpoint(
+        self, location: str, state: TrainingCheckpoint | None
+    ) -> TrainingCheckpoint:
+        """Rank 0 already holds the state it verified; the others map the same object (on a
+        filesystem its pages are in the cache on a shared node), so no rank reads it twice."""
+        return state if state is not None else load_at(location)
 
     def checkpoint(
         self, epochs: int, step: int, loss: EpochLoss, samples: int, *, final: bool
@@ -136,8 +142,8 @@ class Trainer:
         Returns this rank's carried partial epoch loss and sample count."""
         carried = (0.0, 0)
         saved_world_size: int | None = None
-        if point.path:
-            chosen = self._chosen_checkpoint(point.path, state)
+        if point.location:
+            chosen = self._chosen_checkpoint(point.location, state)
             mine = resume_from(self.task, chosen, self.ctx.rank, self.ctx.world_size)
             carried = (mine.loss_sum, mine.samples)
             saved_world_size = chosen.world_size
@@ -155,7 +161,7 @@ class Trainer:
         if self.ctx.is_main:
             self._describe_batches(saved_world_size)
         if self.writer is not None:
-            dropped = rewind(self.config.checkpoint_dir, point.epochs_completed)
+            dropped = rewind(self.storage, point.epochs_completed)
             if dropped:
                 LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
             # Tells the writer policy how large checkpoints will be, before the first one.
@@ -192,13 +198,17 @@ class Trainer:
         stop agreement, metrics) runs per epoch or per check."""
         config = self.config
         model, loss_fn, optimizer = self.model, self.task.loss_fn, self.task.optimizer
-        steps_per_epoch = self.data.steps_per_epoch()
-        every_steps = config.save_every_steps
+        schedule = SaveSchedule(
+            config.save_every,
+            config.save_every_steps,
+            self.data.steps_per_epoch(),
+            config.total_epochs,
+        )
         step_log = self.step_log
-        metrics = MetricsLog(config.checkpoint_dir, config.total_epochs, point.epochs_completed)
+        metrics = MetricsLog(self.storage, config.total_epochs, point.epochs_completed)
         start_step = point.step_in_epoch
         carried_loss, carried_samples = carried
-        last_saved = (point.epochs_completed, point.step_in_epoch) if point.path else None
+        last_saved = (point.epochs_completed, point.step_in_epoch) if point.location else None
         # The first step creates the optimizer's lazy slots; the writer's staging buffer gets
         # them right after it, not inside the first save.
         slots_unstaged = self.writer is not None
@@ -230,11 +240,7 @@ class Trainer:
                     slots_unstaged = False
                     self.stage_optimizer_slots(epoch)
                 done_steps = step + 1
-                if (
-                    every_steps is not None
-                    and done_steps < steps_per_epoch
-                    and (epoch * steps_per_epoch + done_steps) % every_steps == 0
-                ):
+                if schedule.after_step(epoch, done_steps):
                     self.checkpoint(epoch, done_steps, loss, samples, final=False)
                     last_saved = (epoch, done_steps)
                     if stop.check():  # after slow work: see StopAgreement
@@ -248,10 +254,7 @@ class Trainer:
             self._end_epoch(epoch, metrics, loss, samples, started)
             done = epoch + 1
             final = done == config.total_epochs
-            on_step_schedule = (
-                every_steps is not None and (done * steps_per_epoch) % every_steps == 0
-            )
-            if done % config.save_every == 0 or final or on_step_schedule:
+            if schedule.after_epoch(done):
                 self.checkpoint(done, 0, EpochLoss(), 0, final=final)
                 last_saved = (done, 0)
             if final:

@@ -1,17 +1,18 @@
 """Per-epoch progress: each rank's loss sum over the epoch (:class:`EpochLoss`), then one
-human-readable log line and the same values as a JSON line in ``DIR/metrics.jsonl`` (rank 0
-only), which ``python -m trainer.plot`` reads."""
+human-readable log line and the same values as a JSON line in the run's ``metrics.jsonl``
+(rank 0 only, through the run's storage: ``trainer.storage``), which ``python -m trainer.plot``
+reads."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
+
+from trainer.storage import StorageRoot, open_storage
 
 LOG = logging.getLogger("trainer")
 METRICS_NAME = "metrics.jsonl"
@@ -58,8 +59,8 @@ class EpochMetrics:
 
 
 class MetricsLog:
-    def __init__(self, directory: Path, total_epochs: int, start_epoch: int) -> None:
-        self.path = directory / METRICS_NAME
+    def __init__(self, root: StorageRoot, total_epochs: int, start_epoch: int) -> None:
+        self.storage = open_storage(root)
         self.total_epochs = total_epochs
         self._start_epoch = start_epoch
         self._started = time.perf_counter()
@@ -89,19 +90,19 @@ class MetricsLog:
             metrics.samples_per_s,
             _format_duration(eta),
         )
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(asdict(metrics)) + "\n")
+        self.storage.append_line(METRICS_NAME, json.dumps(asdict(metrics)))
         return metrics
 
 
-def rewind(directory: Path, epochs_completed: int) -> int:
-    """Make DIR/metrics.jsonl end at the checkpoint a run resumes from: rows for later epochs
+def rewind(root: StorageRoot, epochs_completed: int) -> int:
+    """Make the run's metrics.jsonl end at the checkpoint it resumes from: rows for later epochs
     were trained after that checkpoint by a process that died, and are trained again now.
-    Called by rank 0 before training; the file is replaced atomically. Returns rows dropped."""
-    path = directory / METRICS_NAME
-    if not path.is_file():
+    Called by rank 0 before training; the object is replaced atomically. Returns rows dropped."""
+    storage = open_storage(root)
+    try:
+        rows = read_metrics(storage)
+    except FileNotFoundError:
         return 0
-    rows = read_metrics(directory)
     latest: dict[int, dict[str, float]] = {}
     for row in rows:
         if int(row["epoch"]) <= epochs_completed:
@@ -109,9 +110,8 @@ def rewind(directory: Path, epochs_completed: int) -> int:
     kept = [latest[epoch] for epoch in sorted(latest)]
     if len(kept) == len(rows):
         return 0
-    temporary = path.with_name(f".{METRICS_NAME}.tmp-{os.getpid()}")
-    temporary.write_text("".join(json.dumps(row) + "\n" for row in kept))
-    temporary.replace(path)
+    encoded = "".join(json.dumps(row) + "\n" for row in kept).encode()
+    storage.write(METRICS_NAME, lambda file: file.write(encoded))
     return len(rows) - len(kept)
 
 
@@ -121,10 +121,11 @@ def _format_duration(seconds: float) -> str:
     return f"{hours:d}:{minutes:02d}:{secs:02d}"
 
 
-def read_metrics(directory: Path) -> list[dict[str, float]]:
-    path = directory / METRICS_NAME
+def read_metrics(root: StorageRoot) -> list[dict[str, float]]:
+    """The run's epoch rows in the order written; FileNotFoundError when it has none yet."""
+    data = open_storage(root).read_bytes(METRICS_NAME)
     rows = []
-    for line in path.read_text().splitlines():
+    for line in data.decode(errors="replace").splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:

@@ -9,7 +9,8 @@ more ranks than its global batch has samples.
 The rule is here once and has two callers. The trainer applies it at start, on the checkpoint
 it verified (rank 0 decides, every rank follows). The local runner applies it before any
 process starts (:func:`preflight`), from the manifest alone, so a run whose settings do not
-match its checkpoints ends in one line instead of a restarted pod.
+match its checkpoints ends in one line instead of a restarted pod. Both read the run through its
+storage (``trainer.storage``), whichever backend holds it.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import REJECTED_DIR, CheckpointError, CheckpointStore, load_checkpoint
+from trainer.checkpoint import REJECTED_DIR, CheckpointError, CheckpointStore
 from trainer.checkpoint_schema import TrainingCheckpoint
-from trainer.cli import TrainConfig, unusable_directory
+from trainer.cli import TrainConfig
 from trainer.distributed import DistContext, broadcast_object
+from trainer.storage import locate
 
 LOG = logging.getLogger("trainer")
 WORLD_SIZE = "world_size"
@@ -56,12 +57,12 @@ class ResumeRefusedError(RuntimeError):
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where training starts. ``path``: this run's own checkpoint to resume, taken
+    """Where training starts. ``location``: this run's own checkpoint to resume, taken
     ``step_in_epoch`` global batches into epoch ``epochs_completed``. ``global_batch``: samples
     per optimizer step, fixed for the run. ``origin``: for a warm start, the checkpoint whose
-    weights seed this new run (path, sha256, epochs, config)."""
+    weights seed this new run (its location under "path", sha256, epochs, config)."""
 
-    path: str | None
+    location: str | None
     epochs_completed: int
     step_in_epoch: int
     global_batch: int
@@ -100,7 +101,7 @@ def find_mismatch(
 
 def refusal(
     mismatch: Mismatch,
-    path: Path,
+    path: str,
     config: TrainConfig,
     *,
     saved_fingerprint: str,
@@ -159,11 +160,11 @@ def decide_resume(
 def choose_resume_point(
     ctx: DistContext, config: TrainConfig
 ) -> tuple[ResumePoint, TrainingCheckpoint | None]:
-    """Rank 0's decision (creates the directory, sets aside corrupt checkpoints)."""
+    """Rank 0's decision (creates the root, sets aside corrupt checkpoints)."""
     directory = config.checkpoint_dir
-    directory.mkdir(parents=True, exist_ok=True)
     store = CheckpointStore(directory, config.keep)
-    store.remove_stale_temporaries()
+    store.storage.create()
+    store.remove_partial_writes()
     found = store.find_resumable()
     if found is None:
         if config.init_from is not None:
@@ -190,7 +191,7 @@ def choose_resume_point(
     if mismatch is not None:
         raise refusal(
             mismatch,
-            found.path,
+            found.location,
             config,
             saved_fingerprint=saved.config_fingerprint,
             saved_config=saved.config,
@@ -198,26 +199,26 @@ def choose_resume_point(
     if found.skipped:
         LOG.warning(
             "resuming from %s, an OLDER checkpoint, because: %s",
-            found.path,
+            found.location,
             "; ".join(found.skipped),
         )
         moved = store.set_aside(found)
         LOG.warning(
             "removed the unusable checkpoint(s) from the manifest and moved them to %s: %s",
-            directory / REJECTED_DIR,
-            ", ".join(path.name for path in moved) or "(files already gone)",
+            store.storage.location_of(REJECTED_DIR),
+            ", ".join(moved) or "(files already gone)",
         )
-    LOG.info("resuming from %s (%d epochs completed)", found.path, found.entry.epochs_completed)
+    LOG.info("resuming from %s (%d epochs completed)", found.location, found.entry.epochs_completed)
     global_batch = saved_global_batch or new_run_global_batch(config, ctx.world_size)
     step = found.entry.step_in_epoch
     if saved.epoch_position is not None and saved.epoch_position != min(
         step * global_batch, config.dataset_size
     ):
         raise CheckpointError(
-            f"{found.path} says it is {saved.epoch_position} samples into its epoch, which is "
-            f"not step {step} of {global_batch} samples its manifest entry names"
+            f"{found.location} says it is {saved.epoch_position} samples into its epoch, which "
+            f"is not step {step} of {global_batch} samples its manifest entry names"
         )
-    return ResumePoint(str(found.path), found.entry.epochs_completed, step, global_batch), saved
+    return ResumePoint(found.location, found.entry.epochs_completed, step, global_batch), saved
 
 
 def _refuse_more_ranks_than_samples(config: TrainConfig, world_size: int) -> None:
@@ -235,25 +236,27 @@ def warm_start_point(
     config: TrainConfig, world_size: int
 ) -> tuple[ResumePoint, TrainingCheckpoint]:
     """A new run seeded from the checkpoint --init-from names: a file (checked against its
-    directory's manifest when it is listed there) or a directory's newest verified checkpoint."""
+    root's manifest when it is listed there) or a run's root's newest verified checkpoint."""
     source = config.init_from
     assert source is not None
     where = f"--init-from {source}"
-    if source.is_dir():
-        found = CheckpointStore(source).find_resumable()
+    located = locate(source)
+    if located is None:
+        raise CheckpointError(f"{where}: no such file or directory")
+    storage, name = located
+    if name is None:
+        found = CheckpointStore(storage).find_resumable()
         if found is None:
             raise CheckpointError(f"{where}: no committed checkpoint there (no manifest.json)")
-        path, state, sha256 = found.path, found.checkpoint, found.entry.sha256
-    elif source.is_file():
+        location, state, sha256 = found.location, found.checkpoint, found.entry.sha256
+    else:
         try:
-            state, sha256 = CheckpointStore(source.parent).read_file(source.name)
+            state, sha256 = CheckpointStore(storage).read_file(name)
         except CheckpointError as error:
             raise CheckpointError(f"{where}: {error}") from error
-        path = source
-    else:
-        raise CheckpointError(f"{where}: no such file or directory")
+        location = storage.location_of(name)
     origin = {
-        "path": str(path),
+        "path": location,
         "sha256": sha256,
         "epochs_completed": state.epochs_run,
         "config": state.config,
@@ -263,7 +266,7 @@ def warm_start_point(
     LOG.info(
         "warm start: new run in %s from the weights of %s (%d epochs completed, config %s)%s",
         config.checkpoint_dir,
-        path,
+        location,
         origin["epochs_completed"],
         origin["config"],
         " and its optimizer state" if config.init_optimizer else "",
@@ -275,33 +278,39 @@ def warm_start_point(
 def preflight(config: TrainConfig, world_size: int) -> None:
     """Raise :class:`ResumeRefusedError` for what :func:`choose_resume_point` would refuse on
     ``world_size`` processes (for a job whose size varies, its largest), without creating,
-    moving or verifying anything: the directory cannot be used, its newest committed checkpoint
-    belongs to another run (from the manifest; the file is opened only to name what differs)
-    or has fewer samples per step than ranks, or a warm start's source directory holds no
-    committed checkpoint. A corrupt newest checkpoint is no reason to refuse: the trainer
-    falls back to an older one."""
+    moving or verifying anything: the root cannot be used, its newest committed checkpoint
+    belongs to another run (from the manifest; the object is opened only to name what differs)
+    or has fewer samples per step than ranks, or a warm start's source root holds no committed
+    checkpoint. A corrupt newest checkpoint is no reason to refuse: the trainer falls back to
+    an older one."""
     directory = config.checkpoint_dir
-    problem = unusable_directory(directory)
-    if problem is not None:
-        raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
     try:
-        entries = CheckpointStore(directory).manifest() if directory.is_dir() else []
+        store = CheckpointStore(directory)
+        problem = store.storage.unusable()
+        if problem is not None:
+            raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
+        entries = store.manifest()
         if not entries:
             source = config.init_from
-            if source is not None and source.is_dir() and not CheckpointStore(source).manifest():
+            located = locate(source) if source is not None else None
+            if (
+                located is not None
+                and located[1] is None
+                and not CheckpointStore(located[0]).manifest()
+            ):
                 raise ResumeRefusedError(
                     f"--init-from {source}: no committed checkpoint there (no manifest.json)"
                 )
             _refuse_more_ranks_than_samples(config, world_size)
             return
-    except CheckpointError as error:
+    except (CheckpointError, OSError) as error:
         raise ResumeRefusedError(str(error)) from None
     newest = entries[-1]
-    path = directory / newest.file
+    path = store.storage.location_of(newest.file)
     saved_config: Mapping[str, Any] | None = None
     if newest.fingerprint != config.fingerprint():
         try:  # mapped, not read: only the small CONFIG entry is needed, to say what differs
-            saved_config = load_checkpoint(path, mmap=True).config
+            saved_config = store.load(newest.file).config
         except Exception as error:  # a file the trainer would set aside; the fingerprint decides
             LOG.debug("cannot read the config of %s: %s", path, error)
     saved_global_batch = newest.global_batch

@@ -13,8 +13,9 @@ holds one `JobApi`:
   label selector of its pods, which pod a label set names, its conditions in the words of
   `components.job_state`, and the kubectl commands for logs, status and exec.
 
-The Pulumi components (components/pytorch_job.py, components/train_job.py, composed by
-components/training_environment.py, which takes its kubectl commands from here), the offline
+The Pulumi components (components/pytorch_job.py, components/train_job.py, each named by its
+API's `component` and composed by components/training_environment.py, which takes its kubectl
+commands from here too), the offline
 render, the local runner and its container backend, the supervisor's policy, the watch behind
 `job.waitFor` and `make status` ask it; the policy pack runs in its own interpreter and has the
 same split per API in policy/rules/jobs/. Adding a third API is one module here, one there, a
@@ -81,6 +82,10 @@ class JobApi(ABC):
     # deleted: such a job is deleted in the background and its next incarnation waits for the
     # previous one's run to be gone (components/previous_run.py). None: the operator stops.
     run_object: tuple[str, str, str] | None = None
+    # Its Pulumi component, as "module:Class": named, not imported, since the components sit a
+    # layer above this one. TrainingEnvironment constructs it (components/training_environment.py
+    # `job_component`, which says with what).
+    component: str
 
     @property
     def api_version(self) -> str:

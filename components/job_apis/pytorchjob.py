@@ -367,6 +367,7 @@ class PyTorchJobApi(JobApi):
     replica_order = (MASTER, WORKER)
     master_addr_keys = ("MASTER_ADDR", "PET_MASTER_ADDR")
     master_port_keys = ("MASTER_PORT", "PET_MASTER_PORT")
+    component = "components.pytorch_job:PyTorchJob"
 
     def job_manifest(self, settings: StackSettings, *, image: Any) -> dict[str, Any]:
         return pytorchjob_manifest(settings, image=image)

@@ -381,6 +381,7 @@ class TrainJobApi(JobApi):
     master_addr_keys = ("PET_MASTER_ADDR",)
     master_port_keys = ("PET_MASTER_PORT",)
     run_object = (JOBSET_GROUP, JOBSET_VERSION, "jobsets")
+    component = "components.train_job:TrainJob"
 
     def job_manifest(self, settings: StackSettings, *, image: Any) -> dict[str, Any]:
         return trainjob_manifest(settings, image=image)

@@ -19,6 +19,7 @@ from components.manifests import (
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
     READER_MANAGER,
+    TRAINER_ARGUMENTS,
     checkpoint_claim_manifest,
     checkpoint_reader_pod_manifest,
     common_labels,
@@ -27,6 +28,8 @@ from components.manifests import (
     pod_security_context,
     registry_secret_manifest,
     resource_names,
+    trainer_args,
+    trainer_argument,
     wait_annotations,
 )
 from components.settings import (
@@ -41,6 +44,7 @@ from policy.rules.model import PYTORCHJOB_TYPE
 from policy.rules.operator import admission_violations
 from policy.rules.pod_security import run_as_root
 from tests.components.k8s_rules import restricted_violations, validate_manifest
+from trainer.cli import parse_config
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
 
@@ -518,3 +522,37 @@ def test_checkpoint_reader_pod_on_runai_goes_through_its_scheduler() -> None:
     assert pod["spec"]["schedulerName"] == "runai-scheduler"
     assert pod["metadata"]["namespace"] == "runai-team-a"
     assert pod["metadata"]["labels"]["runai/queue"] == "team-a"
+
+
+def test_every_setting_reaches_the_trainer_field_its_argument_declares(tmp_path: Path) -> None:
+    """Each TRAINER_ARGUMENTS entry, held to the trainer's own parser: the pods' args, parsed
+    by trainer/cli.py as the trainer parses them, set each declared field to the setting's
+    value (every argument present, none at the trainer's default)."""
+    (tmp_path / "earlier-run").mkdir()
+    settings = settings_for(
+        checkpoints={"mountPath": str(tmp_path)},
+        job={
+            "name": "run-b",
+            "nodes": 3,
+            "gpusPerNode": 2,
+            "batchSize": 5,
+            "totalEpochs": 7,
+            "saveEvery": 3,
+            "datasetSize": 999,
+            "task": "tests.trainer.tasks:failing_on_rank_1",
+            "initFrom": str(tmp_path / "earlier-run"),
+            "saveEverySteps": 11,
+            "elastic": {"minNodes": 1},
+        },
+    )
+    args = trainer_args(settings)
+    config = parse_config(args[args.index("--") + 1 :])
+    defaults = parse_config(["1", "1"])
+    for argument in TRAINER_ARGUMENTS:
+        value = argument.value(settings)
+        assert value is not None, argument.field
+        assert getattr(config, argument.field) == value, argument.field
+        assert getattr(defaults, argument.field) != value, argument.field
+    assert trainer_argument("init_from") is not None
+    assert trainer_argument("init_from").setting == "job.initFrom"  # type: ignore[union-attr]
+    assert trainer_argument("seed") is None  # the trainer's own, no stack setting carries it

@@ -159,7 +159,8 @@ def test_a_fallback_rewrites_the_manifest_so_retention_keeps_the_good_one(tmp_pa
 
     moved = CheckpointStore(tmp_path).set_aside(found)
 
-    assert moved == [tmp_path / REJECTED_DIR / newest.name]  # kept for a post-mortem
+    assert moved == [newest.name]
+    assert (tmp_path / REJECTED_DIR / newest.name).is_file()  # kept for a post-mortem
     assert not newest.exists()
     assert [e.epochs_completed for e in CheckpointStore(tmp_path).manifest()] == [1, 2]
     assert torch.load(tmp_path / SNAPSHOT_NAME, weights_only=True)[EPOCHS_RUN] == 2

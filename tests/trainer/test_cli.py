@@ -13,7 +13,7 @@ from trainer.cli import DEFAULT_TASK, UsageError, parse_config
 def test_defaults_keep_the_tutorial_shape() -> None:
     config = parse_config(["100", "25"])
     assert (config.total_epochs, config.save_every, config.batch_size) == (100, 25, 32)
-    assert config.checkpoint_dir == Path("/checkpoints")
+    assert config.checkpoint_dir == "/checkpoints"
     assert (config.seed, config.dataset_size, config.keep) == (0, 2048, 2)
     assert config.task == DEFAULT_TASK and config.pg_timeout == 300.0
     assert parse_config(["--batch_size", "8", "100", "25"]).batch_size == 8
@@ -71,8 +71,8 @@ def test_a_checkpoint_dir_that_cannot_be_created_is_rejected_creating_nothing(
     with pytest.raises(UsageError, match=f"cannot be created: {afile} is not a directory"):
         parse_config(["10", "5", "--checkpoint-dir", str(wanted)])
     # A directory that does not exist yet is fine: the trainer creates it (parsing does not).
-    missing = tmp_path / "new" / "ckpt"
-    assert parse_config(["10", "5", "--checkpoint-dir", str(missing)]).checkpoint_dir == missing
+    missing = str(tmp_path / "new" / "ckpt")
+    assert parse_config(["10", "5", "--checkpoint-dir", missing]).checkpoint_dir == missing
     assert sorted(tmp_path.iterdir()) == [afile]
 
 

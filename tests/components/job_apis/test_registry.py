@@ -4,10 +4,12 @@ both backends need to handle it; none of them names an API."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 
 import components.job_apis as job_apis
@@ -22,6 +24,7 @@ from components.job_apis import (
     trainjob,
 )
 from components.job_state import job_state, progress_line
+from components.training_environment import JobComponent, job_component
 from tools import run_local
 from tools.local_backends import container, process
 
@@ -165,3 +168,13 @@ def test_the_local_runner_runs_a_new_apis_pods_with_both_backends(tmp_path: Path
     argv = containers[0].argv
     assert argv[argv.index("--add-host") + 1] == "hi-echo-0:127.0.0.1"
     assert "ECHO_PORT=4321" in argv
+
+
+def test_every_job_api_names_the_component_the_training_environment_builds() -> None:
+    """TrainingEnvironment asks the job API which component to build and builds each one the
+    same way (`JobComponent`): no component's constructor may ask for more or other."""
+    uniform = inspect.signature(JobComponent.__init__)
+    for api in (pytorchjob.API, trainjob.API):
+        component = job_component(api)
+        assert issubclass(component, pulumi.ComponentResource), api.component
+        assert inspect.signature(component.__init__) == uniform, api.component
