@@ -544,7 +544,7 @@ build_tool() {
 }
 
 install_debian_packages
-declare -A running started_at finished
+declare -A running=() started_at=() finished=()
 pending=()
 for name in "${order[@]}"; do
   if [[ -f ${tool_dir[$name]}/PROVENANCE ]]; then
