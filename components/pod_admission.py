@@ -128,6 +128,19 @@ class PodAdmission:
         )
 
 
+def whole_numbers(value: Any) -> Any:
+    """The inputs a hook receives, with their numbers as the manifest had them: the engine
+    passes every number as a float (a protobuf Struct), and the Kubernetes client refuses
+    `containerPort: 23456.0` or `runAsUser: 10001.0` before any request is made."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
+
+
 class PodAdmissionHook:
     """The job's before-create hook: `hook` goes into its ResourceHookBinding."""
 
@@ -144,7 +157,7 @@ class PodAdmissionHook:
         # The job as the engine resolved it (the image's digest included); the Kubernetes client
         # blocks, so the check runs in a thread. An error from a before-create hook fails the
         # create with its message, and the job is not made.
-        job = dict(args.new_inputs or {})
+        job = whole_numbers(dict(args.new_inputs or {}))
         admission = self.admission
 
         def check() -> None:

@@ -14,7 +14,7 @@ from urllib3.exceptions import MaxRetryError
 
 from components.job_apis import api_of_settings
 from components.manifests import pod_security_context
-from components.pod_admission import PodAdmission, PodAdmissionError
+from components.pod_admission import PodAdmission, PodAdmissionError, whole_numbers
 from components.settings import StackSettings, load_stack_file, parse_settings
 from tests.conftest import REPO_ROOT
 
@@ -161,3 +161,20 @@ def test_a_job_whose_pods_cannot_be_told_is_created_unchecked() -> None:
         "PyTorchJob default/ddp-dev: cannot tell its pods (spec.pytorchReplicaSpecs is missing "
         "or empty); creating it unchecked"
     ]
+
+
+def test_the_engines_float_numbers_become_the_manifests_whole_numbers_again() -> None:
+    """A hook gets the job's inputs through a protobuf Struct, every number a float; the
+    Kubernetes client refuses `runAsUser: 10001.0` before any request (the real engine showed
+    it: the first e2e `up` after the hook landed failed on exactly that)."""
+    from google.protobuf import json_format, struct_pb2
+
+    _, job = admission_of(load_stack_file("dev", REPO_ROOT))
+    struct = struct_pb2.Struct()
+    struct.update(job)
+    as_the_engine_passes_it = json_format.MessageToDict(struct)
+    assert '"runAsUser": 10001.0' in json.dumps(as_the_engine_passes_it)
+
+    restored = whole_numbers(as_the_engine_passes_it)
+
+    assert json.dumps(restored, sort_keys=True) == json.dumps(job, sort_keys=True)
