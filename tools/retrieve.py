@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from components.job_apis import api_of_settings
 from components.job_state import START_FAILURES
+from components.job_watch import JobWatchError, api_client, describe_api_error
 from components.manifests import (
     checkpoint_reader_pod_manifest,
     resource_names,
@@ -76,12 +77,12 @@ class Cluster:
     """The stack's namespace on the cluster its kubeconfig context points at."""
 
     def __init__(self, settings: StackSettings) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
         try:
-            api = config.new_client_from_config(context=settings.kube_context)
-        except config.ConfigException as error:
-            raise RetrieveError(f"kubeconfig: {error}", 2) from None
+            api = api_client(settings.kube_context)
+        except JobWatchError as error:
+            raise RetrieveError(str(error), 2) from None
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -224,6 +225,7 @@ class ReaderPod:
     def __init__(self, cluster: Cluster, settings: StackSettings, reader: Reader) -> None:
         self.cluster = cluster
         self.name = f"{settings.job.name}-checkpoint-reader-{secrets.token_hex(3)}"
+        self.node: str | None = reader.node
         self.manifest = checkpoint_reader_pod_manifest(
             settings,
             name=self.name,
@@ -236,7 +238,7 @@ class ReaderPod:
     def __enter__(self) -> ReaderPod:
         self.cluster.core.create_namespaced_pod(self.cluster.namespace, self.manifest)
         try:
-            self._wait_running()
+            self.node = self._wait_running()
         except BaseException:
             self.delete()
             raise
@@ -247,18 +249,20 @@ class ReaderPod:
 
     def delete(self) -> None:
         from kubernetes import client
+        from urllib3.exceptions import HTTPError
 
-        with contextlib.suppress(client.ApiException):
+        with contextlib.suppress(client.ApiException, HTTPError):
             self.cluster.core.delete_namespaced_pod(
                 self.name, self.cluster.namespace, grace_period_seconds=0
             )
 
-    def _wait_running(self) -> None:
+    def _wait_running(self) -> str | None:
+        """The node the pod runs on, once it runs."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             pod = self.cluster.core.read_namespaced_pod(self.name, self.cluster.namespace)
             if pod.status.phase == "Running":
-                return
+                return pod.spec.node_name
             if pod.status.phase in ("Failed", "Succeeded"):
                 raise RetrieveError(f"reader pod {self.name} ended ({pod.status.phase})")
             for status in pod.status.container_statuses or []:
@@ -272,21 +276,34 @@ class ReaderPod:
         raise RetrieveError(f"reader pod {self.name} did not start in {START_TIMEOUT_S:.0f}s")
 
     def _exec(self, command: list[str]) -> Any:
+        """A command in the pod, through the API server and the pod's node (the kubelet serves
+        exec): a node that cannot is one line, exit code 2 (kwok's fake nodes run no container;
+        a kubelet the API server cannot reach, or one that refuses it)."""
         from kubernetes import client
         from kubernetes.stream import stream
+        from websocket import WebSocketException
 
-        return stream(
-            client.CoreV1Api(self.cluster.api).connect_get_namespaced_pod_exec,
-            self.name,
-            self.cluster.namespace,
-            command=command,
-            stderr=True,
-            stdin=False,
-            stdout=True,
-            tty=False,
-            binary=True,
-            _preload_content=False,
-        )
+        try:
+            return stream(
+                client.CoreV1Api(self.cluster.api).connect_get_namespaced_pod_exec,
+                self.name,
+                self.cluster.namespace,
+                command=command,
+                stderr=True,
+                stdin=False,
+                stdout=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
+        except (client.ApiException, WebSocketException, OSError) as error:
+            reason = str(getattr(error, "reason", None) or error).strip().splitlines()[0]
+            raise RetrieveError(
+                f"cannot run {command[0]} in reader pod {self.name} on node {self.node or '?'} "
+                f"({reason}): the node does not serve exec to the API server; on a cluster whose "
+                "nodes do, `make checkpoint` works as it is",
+                2,
+            ) from None
 
     def run(self, command: list[str]) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of a command in the pod."""
@@ -329,8 +346,28 @@ def retrieve(
     say: Any = print,
 ) -> list[Path]:
     """Copy the selected checkpoints, manifest and metrics to `out`; return the copied
-    checkpoints, each verified against the manifest."""
+    checkpoints, each verified against the manifest. An API server that cannot be reached or
+    refuses is a RetrieveError (exit code 2) naming it."""
+    from kubernetes.client import ApiException
+    from urllib3.exceptions import HTTPError
+
     cluster = Cluster(settings)
+    try:
+        return _retrieve(settings, cluster, out, epoch=epoch, every=every, image=image, say=say)
+    except (ApiException, HTTPError) as error:
+        raise RetrieveError(describe_api_error(error, cluster.api), 2) from None
+
+
+def _retrieve(
+    settings: StackSettings,
+    cluster: Cluster,
+    out: Path,
+    *,
+    epoch: int | None,
+    every: bool,
+    image: str | None,
+    say: Any,
+) -> list[Path]:
     reader = plan_reader(settings, cluster, image)
     directory = settings.checkpoint_dir
     with ReaderPod(cluster, settings, reader) as pod:
@@ -399,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
     except RetrieveError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
