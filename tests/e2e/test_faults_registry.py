@@ -142,6 +142,9 @@ def test_the_registry_down_during_a_push(
             claim = Claim.mark(kube, cluster, names.claim, "epoch 1\n")
         lines = explained(first)
         assert any(f"the registry {registry.address}" in line for line in lines), first.output
+        # The engine stops the program after the failed push (SIGINT from the language host):
+        # it exits without the KeyboardInterrupt traceback Python would print.
+        assert "KeyboardInterrupt" not in first.output and "Traceback" not in first.output
         # The image was built before the push failed: what its build left in the engine is
         # removed all the same (the error hook), only ever this build's own.
         built = f"{registry.address}/{REPOSITORY}:{context_tag(stack.project.work_dir / 'trainer')}"
