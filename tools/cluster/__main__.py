@@ -29,6 +29,7 @@ from tools.cluster.service import (
     Running,
     checks,
     down,
+    ensure_base_image,
     running,
     serve,
     up,
@@ -101,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return 2
             current, started = up(directory, args.registry_port)
+            if not started:
+                ensure_base_image()  # a rebuild of the base image since drops its `local` tag
             if started:
                 print(
                     "make: the one-machine cluster is up (it keeps running: `make cluster-down` "
@@ -134,6 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except KeyboardInterrupt:
+        print(
+            "interrupted: a cluster being started goes on starting in the background "
+            "(`make cluster-status` shows it, `make cluster-down` stops it)",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def status(current: Running | None, directory: ClusterDir) -> int:

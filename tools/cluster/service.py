@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -301,6 +302,8 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
         )
     if sweep(directory):
         say("cleared what a cluster stopped without `make cluster-down` left")
+    # Afresh: the last cluster's etcd, volumes and logs would meet a new API server's objects.
+    shutil.rmtree(directory.plane, ignore_errors=True)
     bin_dir = ensure_tools()
     ensure_base_image()
     install_providers(bin_dir, dict(os.environ))
