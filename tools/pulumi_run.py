@@ -497,6 +497,12 @@ UNREACHABLE = re.compile(
     re.IGNORECASE,
 )
 URL = re.compile(r"https?://[^/\s\"']+")
+# A transfer cut off midway (the registry restarted or a proxy dropped the connection), as opposed
+# to a registry that is not there: once it answers again, pushing again goes through.
+BROKEN_OFF = re.compile(
+    r"use of closed network connection|connection reset|broken pipe|unexpected EOF|\bEOF\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -521,6 +527,36 @@ def failures(event_log: Path) -> list[Failure]:
     return found
 
 
+def is_docker(error: Failure) -> bool:
+    """A resource of the Docker package, or its provider (`pulumi:providers:docker`)."""
+    return "docker" in error.resource_type.split(":")[:3]
+
+
+def registry_address(errors: Sequence[Failure]) -> str:
+    """host[:port] of the first URL the errors name ("" if none does)."""
+    url = next((m.group(0) for e in errors if (m := URL.search(e.message))), "")
+    return url.split("//", 1)[-1]
+
+
+def broken_off_push(errors: Sequence[Failure]) -> str | None:
+    """The registry (host[:port]) whose push broke off midway, when that is all that failed."""
+    if not errors or not all(is_docker(e) and BROKEN_OFF.search(e.message) for e in errors):
+        return None
+    if any(re.search(r"connection refused|no such host", e.message, re.I) for e in errors):
+        return None
+    return registry_address(errors) or None
+
+
+def answers(address: str, timeout: float = 5.0) -> bool:
+    """Whether something accepts connections at host[:port] (port 443 when none is given)."""
+    host, _, port = address.rpartition(":") if ":" in address else (address, "", "443")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure]) -> str | None:
     """What went wrong, in one line, and what the next command does about it; None for a
     failure of no known kind, whose own error (a policy violation, a bad setting) says it."""
@@ -540,7 +576,7 @@ def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure])
     if NO_ENGINE.search(text):
         return no_engine_message(stack, os.environ.get("DOCKER_HOST") or None)
     # A resource of the package, or its provider (`pulumi:providers:kubernetes`).
-    docker = [e for e in errors if "docker" in e.resource_type.split(":")[:3]]
+    docker = [e for e in errors if is_docker(e)]
     kubernetes = [
         e for e in errors if "kubernetes" in e.resource_type.split(":")[:3] or not e.resource_type
     ]
@@ -548,9 +584,14 @@ def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure])
     # stream, an EOF) would otherwise read like an unreachable server.
     if re.search(r"\bcancel(l)?ed\b", text, re.IGNORECASE):
         return f"the command was interrupted: {done}; {resumes}"
-    if any(UNREACHABLE.search(e.message) for e in docker):
-        url = next((m.group(0) for e in docker if (m := URL.search(e.message))), "")
-        where = url.split("//", 1)[-1]  # a registry is named by host[:port]
+    broken_off = broken_off_push(docker)
+    if broken_off is not None and answers(broken_off):
+        return (
+            f"the connection to the registry {broken_off} broke off during the push: "
+            f"{done}; {pushes}"
+        )
+    if any(UNREACHABLE.search(e.message) for e in docker) or broken_off is not None:
+        where = registry_address(docker)
         target = f"the registry {where}" if where else "the image registry"
         return (
             f"{target} could not be reached while the image was built or pushed: {done}; "
@@ -635,8 +676,17 @@ def run_logged(argv: Sequence[str], event_log: Path | None = None) -> tuple[int,
 
 
 def run_command(action: str, stack: str, argv: Sequence[str], event_log: Path | None = None) -> int:
-    """Run the CLI; after a failure print one line on why and what the next command does."""
+    """Run the CLI; after a failure print one line on why and what the next command does.
+
+    An `up` whose only failure is a push that broke off midway (the registry restarted, a proxy
+    dropped the connection: podman then reports "use of closed network connection") runs once
+    more if the registry answers by then: the build is cached and the push starts over, which
+    is what the user would do next anyway."""
     returncode, errors = run_logged(argv, event_log)
+    registry = broken_off_push(errors) if action == "up" and returncode > 0 else None
+    if registry is not None and answers(registry):
+        note(f"the push to the registry {registry} broke off midway; it answers: pushing again")
+        returncode, errors = run_logged(argv, event_log)
     explanation = explain(action, stack, returncode, errors) if returncode != 0 else None
     if explanation is not None:
         note(explanation)

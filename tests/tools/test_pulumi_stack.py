@@ -31,8 +31,9 @@ DATA = Path(__file__).resolve().parent / "data"
 FAKE_PULUMI = f"""#!{sys.executable}
 # Stand-in for the Pulumi CLI: records each call; `whoami` fails (not logged in); `stack export`
 # prints $PULUMI_EXPORT; `import --file` records the file; the command named by $PULUMI_FAIL
-# writes $PULUMI_FAIL_EVENT to its --event-log and fails; `config set` stores the value it reads
-# from stdin in $PULUMI_CONFIG_STORE, `config get` prints it. Like pulumi 3.260, it knows no
+# writes $PULUMI_FAIL_EVENT to its --event-log and fails (only the first time, if
+# $PULUMI_FAIL_ONCE names a file it may create to remember); `config set` stores the value it
+# reads from stdin in $PULUMI_CONFIG_STORE, `config get` prints it. Like pulumi 3.260, it knows no
 # --event-log flag unless PULUMI_DEBUG_COMMANDS is true.
 import json, os, sys
 args = sys.argv[1:]
@@ -58,7 +59,10 @@ if args[:2] == ["stack", "export"]:
 if args[0] == "import":
     with open(os.environ["PULUMI_IMPORTS"], "a") as imports:
         imports.write(open(args[args.index("--file") + 1]).read() + "\\n")
-if args[0] == os.environ.get("PULUMI_FAIL"):
+once = os.environ.get("PULUMI_FAIL_ONCE")
+if args[0] == os.environ.get("PULUMI_FAIL") and not (once and os.path.exists(once)):
+    if once:
+        open(once, "w").close()
     with open(args[args.index("--event-log") + 1], "a") as log:
         log.write(os.environ["PULUMI_FAIL_EVENT"] + "\\n")
     sys.exit(255)
@@ -441,6 +445,96 @@ def test_a_failed_up_names_the_unreachable_api_server(
         "pulumi-stack.sh: the Kubernetes API server https://10.0.0.1:6443 could not be reached: "
         "what was done is recorded in the state; once it answers, `make up STACK=dev` goes on "
         "from there (objects made meanwhile are adopted, not made twice)"
+    ]
+
+
+DOCKER_IMAGE_URN = (
+    "urn:pulumi:dev::pytorch-distributed::pytorch-distributed:index:TrainingEnvironment"
+    "$pytorch-distributed:index:TrainingImage$docker:index/image:Image::training-image-image"
+)
+
+
+def push_broke_off(address: str) -> str:
+    """The error podman's push reports when its connection to the registry closes midway."""
+    return json.dumps(
+        {
+            "sequence": 9,
+            "timestamp": 1796324388,
+            "diagnosticEvent": {
+                "urn": DOCKER_IMAGE_URN,
+                "message": "error reading push output: writing blob: Patch "
+                f'"http://{address}/v2/pytorch-distributed/blobs/uploads/9f1c?_state=x": use of'
+                " closed network connection\n",
+                "color": "never",
+                "severity": "error",
+            },
+        }
+    )
+
+
+@pytest.fixture
+def registry_listening() -> Iterator[str]:
+    """Something that accepts connections on loopback, as a registry that is back."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_an_up_whose_push_broke_off_pushes_again_once_the_registry_answers(
+    fake_pulumi: tuple[dict[str, str], Path], registry_listening: str, tmp_path: Path
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_FAIL"] = "up"
+    env["PULUMI_FAIL_ONCE"] = str(tmp_path / "failed-once")
+    env["PULUMI_FAIL_EVENT"] = push_broke_off(registry_listening)
+
+    result = run(["up", "dev"], env)
+
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in calls_of(calls) if line.startswith("up ")] == ["up", "up"]
+    assert notes(result) == [
+        f"pulumi-stack.sh: the push to the registry {registry_listening} broke off midway; it "
+        "answers: pushing again"
+    ]
+
+
+def test_a_push_that_breaks_off_again_is_explained_after_the_second_try(
+    fake_pulumi: tuple[dict[str, str], Path], registry_listening: str
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_FAIL"] = "up"
+    env["PULUMI_FAIL_EVENT"] = push_broke_off(registry_listening)
+
+    result = run(["up", "dev"], env)
+
+    assert result.returncode == 255
+    assert len([line for line in calls_of(calls) if line.startswith("up ")]) == 2
+    assert notes(result)[-1] == (
+        f"pulumi-stack.sh: the connection to the registry {registry_listening} broke off during "
+        "the push: what was done is recorded in the state; `make up STACK=dev` pushes again and "
+        "goes on"
+    )
+
+
+def test_a_push_cut_off_by_a_registry_that_is_gone_is_not_retried(
+    fake_pulumi: tuple[dict[str, str], Path],
+) -> None:
+    env, calls = fake_pulumi
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        gone = f"127.0.0.1:{server.getsockname()[1]}"
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_FAIL"] = "up"
+    env["PULUMI_FAIL_EVENT"] = push_broke_off(gone)
+
+    result = run(["up", "dev"], env)
+
+    assert result.returncode == 255
+    assert len([line for line in calls_of(calls) if line.startswith("up ")]) == 1
+    assert notes(result) == [
+        f"pulumi-stack.sh: the registry {gone} could not be reached while the image was built or "
+        "pushed: what was done is recorded in the state; once it answers, `make up STACK=dev` "
+        "pushes again and goes on"
     ]
 
 
