@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import hashlib
 import io
+import re
 import secrets
 import shlex
 import signal
@@ -34,6 +35,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from components.job_apis import api_of_settings
 from components.job_state import START_FAILURES
@@ -297,13 +300,33 @@ class ReaderPod:
                 _preload_content=False,
             )
         except (client.ApiException, WebSocketException, OSError) as error:
-            reason = str(getattr(error, "reason", None) or error).strip().splitlines()[0]
-            raise RetrieveError(
-                f"cannot run {command[0]} in reader pod {self.name} on node {self.node or '?'} "
-                f"({reason}): the node does not serve exec to the API server; on a cluster whose "
-                "nodes do, `make checkpoint` works as it is",
-                2,
-            ) from None
+            reason = str(getattr(error, "reason", None) or error)
+            raise self._no_exec(command[0], reason) from None
+
+    def _no_exec(self, program: str, reason: str) -> RetrieveError:
+        # The API server's words name the kubelet's URL with the whole command: not needed here.
+        reason = re.sub(r'(\w+) "[^"]*"', r"\1", reason.strip().splitlines()[0] if reason else "")
+        return RetrieveError(
+            f"cannot run {program} in reader pod {self.name} on node {self.node or '?'} "
+            f"({reason}): the node does not serve exec to the API server; on a cluster whose "
+            "nodes do, `make checkpoint` works as it is",
+            2,
+        )
+
+    def _exit_code(self, ws: Any, program: str) -> int:
+        """The exit code of a finished exec, from the Status the API server wrote on the error
+        channel; a Failure without an exit code means the command never ran (the node could not
+        be reached, or does not run containers), which is `_no_exec`."""
+        from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+        status = yaml.safe_load(ws.read_channel(ERROR_CHANNEL) or "") or {}
+        if not isinstance(status, dict) or status.get("status", "Success") == "Success":
+            return 0
+        causes = (status.get("details") or {}).get("causes") or []
+        for cause in causes:
+            if cause.get("reason") == "ExitCode":
+                return int(cause.get("message", 1))
+        raise self._no_exec(program, str(status.get("message") or status))
 
     def run(self, command: list[str]) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of a command in the pod."""
@@ -314,21 +337,29 @@ class ReaderPod:
             out += ws.read_stdout() or b""
             err += ws.read_stderr() or b""
         ws.close()
-        return ws.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+        code = self._exit_code(ws, command[0])
+        return code, out.decode(errors="replace"), err.decode(errors="replace")
 
     def copy_out(self, directory: str, files: Sequence[str], out: Path) -> None:
         """`tar` the files of `directory` in the pod into `out` here, streamed, never buffered
         whole (checkpoints run to gigabytes)."""
         ws = self._exec(["tar", "-cf", "-", "-C", directory, *files])
         stdout = _ExecStdout(ws)
-        with tarfile.open(fileobj=io.BufferedReader(stdout), mode="r|") as archive:
-            archive.extractall(out, filter="data")
+        unreadable = None
+        try:
+            with tarfile.open(fileobj=io.BufferedReader(stdout), mode="r|") as archive:
+                archive.extractall(out, filter="data")
+        except tarfile.ReadError as error:  # the exit code (or the exec's failure) says why
+            unreadable = error
         ws.close()
-        if ws.returncode:
+        code = self._exit_code(ws, "tar")
+        if code:
             raise RetrieveError(
-                f"tar of {directory} in {self.name} failed ({ws.returncode}): "
+                f"tar of {directory} in {self.name} failed ({code}): "
                 + stdout.stderr.decode(errors="replace").strip()
             )
+        if unreadable is not None:
+            raise RetrieveError(f"tar of {directory} in {self.name}: {unreadable}")
 
 
 def file_sha256(path: Path) -> str:

@@ -4,6 +4,7 @@ suite (tests/e2e/test_real_node.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -238,3 +239,39 @@ def test_a_node_that_cannot_serve_exec_is_one_line(tmp_path: Path) -> None:
         "`make checkpoint` works as it is"
     )
     assert "\n" not in message
+
+
+class FinishedExec:
+    """A closed exec session whose error channel holds the API server's Status."""
+
+    def __init__(self, status: dict[str, Any] | None) -> None:
+        self.status = status
+
+    def read_channel(self, channel: int) -> str:
+        return "" if self.status is None else json.dumps(self.status)
+
+
+def test_the_exit_code_of_an_exec_or_the_node_that_never_ran_it() -> None:
+    reader = Reader(image=IMAGE, pull_secret=None, node="kwok-node-1", trainer_image=True)
+    pod = ReaderPod(SimpleNamespace(), SETTINGS, reader)  # type: ignore[arg-type]
+    assert pod._exit_code(FinishedExec({"status": "Success"}), "ls") == 0
+    exited = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "2"}]},
+    }
+    assert pod._exit_code(FinishedExec(exited), "ls") == 2
+    # What the API server writes when the kubelet (here kwok's node) cannot run it at all.
+    never_ran = {
+        "status": "Failure",
+        "message": 'error sending request: Post "https://127.0.0.1:53177/exec/default/'
+        'run-a-checkpoint-reader-1f32a4/reader?command=ls": EOF',
+    }
+    with pytest.raises(RetrieveError) as raised:
+        pod._exit_code(FinishedExec(never_ran), "ls")
+    assert raised.value.exit_code == 2
+    assert str(raised.value) == (
+        f"cannot run ls in reader pod {pod.name} on node kwok-node-1 (error sending request: "
+        "Post: EOF): the node does not serve exec to the API server; on a cluster whose nodes "
+        "do, `make checkpoint` works as it is"
+    )
