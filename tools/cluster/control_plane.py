@@ -348,11 +348,13 @@ class ControlPlane:
         registry_password: str,
         registry_port: int | None = None,
         exclusive: bool = True,
+        cgroup: str | None = None,
     ) -> Iterator[RealNode]:
         """A node with a kubelet, containerd and cluster DNS (tools/cluster/real_node.py), and the
         authenticated registry it pulls from (on `registry_port`, else a free one); stopped on
         exit (or with the plane). `exclusive`: only pods of its own namespace land there (the
-        suite's kwok scenarios stay on the fake nodes); otherwise every pod does."""
+        suite's kwok scenarios stay on the fake nodes); otherwise every pod does. `cgroup`: the
+        name of its cgroup root (default: a random one)."""
         from tools.cluster.real_node import RealNode
 
         if self._real_node is not None:
@@ -364,6 +366,7 @@ class ControlPlane:
             registry_password,
             registry_port=registry_port,
             exclusive=exclusive,
+            cgroup=cgroup,
         )
         self._real_node = node
         try:

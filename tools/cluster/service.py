@@ -315,8 +315,8 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
     with directory.log.open("wb") as log:
         supervisor = subprocess.Popen(
             [
-                *(sys.executable, "-m", "tools.cluster", "serve"),
-                *("--dir", str(directory.path), "--registry-port", str(registry_port)),
+                *(sys.executable, "-m", "tools.cluster", "--dir", str(directory.path)),
+                *("serve", "--registry-port", str(registry_port)),
             ],
             cwd=REPO_ROOT,
             env={**os.environ, TAG: directory.tag},
