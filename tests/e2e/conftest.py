@@ -151,12 +151,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: Path(str(item.fspath)).name.startswith("test_faults"))
 
 
-def command_status(done: subprocess.CompletedProcess[str]) -> int:
+def recipe_status(returncode: int, output: str) -> int:
     """The exit status of the command a `make` target ran (make itself exits 2 for any)."""
-    if done.returncode == 0:
+    if returncode == 0:
         return 0
-    failed = MAKE_ERROR.findall(done.stdout + done.stderr)
-    return int(failed[-1]) if failed else done.returncode
+    failed = MAKE_ERROR.findall(output)
+    return int(failed[-1]) if failed else returncode
+
+
+def command_status(done: subprocess.CompletedProcess[str]) -> int:
+    return recipe_status(done.returncode, done.stdout + done.stderr)
 
 
 def own_lines(text: str) -> list[str]:
@@ -177,6 +181,11 @@ class Result:
     returncode: int
     output: str
     events: list[EngineEvent] = field(default_factory=list)
+
+    @property
+    def status(self) -> int:
+        """The exit status of the command `make` ran (its own `returncode` is 2 for any)."""
+        return recipe_status(self.returncode, self.output)
 
     def summary(self) -> dict[str, int]:
         """Resource operations the engine counted ({"create": 10, "same": 2, ...})."""

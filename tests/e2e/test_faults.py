@@ -181,7 +181,7 @@ def test_a_running_command_keeps_its_lock(stack: Stack, kube: Kube, claim: Claim
         first = running.result(timeout=300)
     finally:
         stack.config_set("labels.team", "faults")
-    assert second.returncode == 1, second.output
+    assert second.status == 1, second.output
     assert any(
         f"locked by a pulumi command that is still running (pid {cli.pid}" in line
         for line in explained(second)
