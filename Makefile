@@ -129,8 +129,10 @@ PULUMI_STACK = EVENT_LOG=$(EVENT_LOG) PYTHON=$(BIN)/python $(ON_CLUSTER) scripts
 preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI; STACK=local: the cluster's).
 	$(PULUMI_STACK) preview $(STACK) $(PULUMI_ARGS)
 
+# STACK=local refreshes first: each `make cluster` is a new cluster, on which the objects the
+# state lists are gone until the refresh says so and the update creates them again.
 up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster; STACK=local starts the one-machine cluster).
-	$(PULUMI_STACK) up $(STACK) $(PULUMI_ARGS)
+	$(PULUMI_STACK) up $(STACK) $(if $(ON_CLUSTER),--refresh) $(PULUMI_ARGS)
 
 destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
 	$(PULUMI_STACK) destroy $(STACK) $(PULUMI_ARGS)

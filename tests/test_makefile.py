@@ -95,6 +95,9 @@ def test_the_local_stack_runs_on_the_one_machine_cluster() -> None:
             target, "STACK=local"
         )
         assert "tools.cluster" not in dry_run(target, "STACK=dev")
+    # Each `make cluster` is a new cluster: up reads back what of the state's objects is gone.
+    assert dry_run("up", "STACK=local").endswith("scripts/pulumi-stack.sh up local --refresh")
+    assert "--refresh" not in dry_run("up", "STACK=dev")
     assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.status" in dry_run(
         "status", "STACK=local"
     )
