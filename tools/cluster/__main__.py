@@ -129,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = directory.relative(directory.path)
         print(
             f"the one-machine cluster is down: no process, mount, network namespace or cgroup "
-            f"of it is left (its logs stay in {where}/)"
+            f"of it is left (its logs and its registry's images stay in {where}/; remove it "
+            "to reclaim the space)"
             if was_running
             else "the one-machine cluster is not running; nothing of it is left"
         )

@@ -349,12 +349,14 @@ class ControlPlane:
         registry_port: int | None = None,
         exclusive: bool = True,
         cgroup: str | None = None,
+        registry_dir: Path | None = None,
     ) -> Iterator[RealNode]:
         """A node with a kubelet, containerd and cluster DNS (tools/cluster/real_node.py), and the
         authenticated registry it pulls from (on `registry_port`, else a free one); stopped on
         exit (or with the plane). `exclusive`: only pods of its own namespace land there (the
         suite's kwok scenarios stay on the fake nodes); otherwise every pod does. `cgroup`: the
-        name of its cgroup root (default: a random one)."""
+        name of its cgroup root (default: a random one); `registry_dir`: where the registry keeps
+        its images, kept after the node stops (default: the node's own, removed with it)."""
         from tools.cluster.real_node import RealNode
 
         if self._real_node is not None:
@@ -367,6 +369,7 @@ class ControlPlane:
             registry_port=registry_port,
             exclusive=exclusive,
             cgroup=cgroup,
+            registry_dir=registry_dir,
         )
         self._real_node = node
         try:

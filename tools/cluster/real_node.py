@@ -124,10 +124,15 @@ class RealNode:
         registry_port: int | None = None,
         exclusive: bool = True,
         cgroup: str | None = None,
+        registry_dir: Path | None = None,
     ) -> None:
         self.plane = plane
         self.directory = directory
         self.exclusive = exclusive
+        # A registry directory of the caller's keeps its images after stop (the one-machine
+        # cluster's outlives each cluster); the node's own is removed with the node's state.
+        self.registry_dir = registry_dir or directory / "registry"
+        self._own_registry = registry_dir is None
         self.namespaces = NodeNamespaces(directory / "ns")
         port = registry_port or free_port()
         self.registry = NodeRegistry(f"127.0.0.1:{port}", registry_user, registry_password)
@@ -179,7 +184,7 @@ class RealNode:
         self.namespaces.destroy()
         self._remove_cgroup_root()
         subprocess.run(
-            [str(REGISTRY_SCRIPT), "stop", str(self.directory / "registry")],
+            [str(REGISTRY_SCRIPT), "stop", str(self.registry_dir)],
             capture_output=True,
             check=False,
         )
@@ -210,7 +215,8 @@ class RealNode:
     def _state_dirs(self) -> list[Path]:
         """Gigabytes of image layers (the registry's, containerd's unpacked ones) and the pods'
         volumes; stop() removes them, the logs and configs stay for a look afterwards."""
-        return [self.directory / part for part in ("containerd", "kubelet", "registry/storage")]
+        owned = [self.registry_dir / "storage"] if self._own_registry else []
+        return [self.directory / part for part in ("containerd", "kubelet")] + owned
 
     # -- components -----------------------------------------------------------------------------
 
@@ -223,7 +229,7 @@ class RealNode:
         port = self.registry.address.rpartition(":")[2]
         done = subprocess.run(
             [
-                *(str(REGISTRY_SCRIPT), "start", str(self.directory / "registry"), port),
+                *(str(REGISTRY_SCRIPT), "start", str(self.registry_dir), port),
                 *("--user", self.registry.username),
             ],
             env={**os.environ, "LOCAL_REGISTRY_PASSWORD": self.registry.password},

@@ -20,7 +20,8 @@ the supervisor SIGTERM, which stops everything newest first, then sweeps what a 
 supervisor would leave (every process of the cluster carries `PD_CLUSTER=<id>` in its
 environment; the node's mounts and namespaces lie under the directory; its cgroup is named
 after the directory) and says whether anything is left. Each `up` starts afresh: a new etcd and
-new volumes, so the cluster's objects and checkpoints go with `down` (`make checkpoint` first).
+new volumes, so the cluster's objects and checkpoints go with `down` (`make checkpoint` first);
+only the registry's images stay (`.cluster/registry/`), as on a cluster whose registry lives on.
 
 Linux, as root, with cgroup v1 hierarchies (the real node's needs); elsewhere one line says so and
 points to kind (scripts/kind-up.sh).
@@ -108,6 +109,12 @@ class ClusterDir:
     @property
     def ready(self) -> Path:
         return self.path / "ready.json"
+
+    @property
+    def registry(self) -> Path:
+        """The registry's config and images: kept across clusters, as a registry's are (a stack's
+        image stays pushed, so a new cluster's `make up STACK=local` pulls it again)."""
+        return self.path / "registry"
 
     @property
     def registry_password(self) -> Path:
@@ -391,6 +398,7 @@ def serve(directory: ClusterDir, registry_port: int) -> int:
                 registry_port=registry_port,
                 exclusive=False,
                 cgroup=directory.cgroup,
+                registry_dir=directory.registry,
             ) as node,
             served_docker_api(directory, node.registry.address) as docker_host,
         ):
