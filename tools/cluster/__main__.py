@@ -71,8 +71,8 @@ def describe(current: Running, directory: ClusterDir) -> str:
             f"{directory.relative(current.registry_password_file)}",
             f"  podman's Docker API {current.docker_host}; state and logs in "
             f"{directory.relative(directory.path)}/",
-            "`make up STACK=local` uses it as it is; to use it from this shell (kubectl-free: "
-            "pulumi, make preview/up STACK=dev):",
+            "`make up STACK=local` uses it as it is; to use it from this shell (pulumi, make "
+            "preview|up STACK=dev):",
             f"  {current.exports()}",
         ]
     )

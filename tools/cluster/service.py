@@ -317,7 +317,7 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
     registry_password(directory)
     say(
         f"starting the control plane, the real node, the registry 127.0.0.1:{registry_port} and "
-        f"podman's Docker API (a minute or two; log: {directory.relative(directory.log)})"
+        f"podman's Docker API (about half a minute; log: {directory.relative(directory.log)})"
     )
     with directory.log.open("wb") as log:
         supervisor = subprocess.Popen(
