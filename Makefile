@@ -3,39 +3,47 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
-VENV ?= .venv
-BIN := $(VENV)/bin
+# Variables a command line may set (`make up STACK=prod PULUMI_ARGS=--yes`): each `?=` line with
+# a `##` comment, which `make help` lists (tests/test_makefile.py checks that all are there).
+PYTHON ?= python3## the Python that creates .venv and policy/venv
+VENV ?= .venv## where the virtual environment goes
 REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt
+BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16)
-STACK ?= dev
-# Extra flags for `pulumi preview|up|destroy` (make up PULUMI_ARGS=--yes).
-PULUMI_ARGS ?=
-# make checkpoint: where the copies go, and more flags (RETRIEVE_ARGS="--all", "--epoch 4").
-OUT ?=
-RETRIEVE_ARGS ?=
-# Extra flags for `make status` (STATUS_ARGS=--no-follow).
-STATUS_ARGS ?=
-# make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
-BACKEND ?= process
+STACK ?= dev## the stack, Pulumi.<STACK>.yaml: dev, prod, trainjob, or local (the one-machine cluster)
+PULUMI_ARGS ?=## more flags for pulumi preview|up|destroy (--yes, --expect-no-changes, --replace URN)
+EVENT_LOG ?=## preview|up|destroy: also write the engine's events to this file, one JSON line each
+OUT ?=## make checkpoint: where the copies go (default .checkpoints/<STACK>-retrieved)
+RETRIEVE_ARGS ?=## make checkpoint: more flags (--all, --epoch 4, --image IMAGE)
+STATUS_ARGS ?=## make status: more flags (--no-follow, --tail N)
+BACKEND ?= process## make local: process (torchrun here) or container (each replica a container of IMAGE)
 # The image's name and podman's OCI runtime for the image targets and the container backend come
-# from tools/containers/defaults.env, which the scripts and the container backend read too;
-# CONTAINER_RUNTIME= uses podman's default.
+# from tools/containers/defaults.env, which the scripts and the container backend read too.
 include tools/containers/defaults.env
-IMAGE ?= $(TRAINER_IMAGE)
-CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)
+IMAGE ?= $(TRAINER_IMAGE)## make image / local BACKEND=container: the trainer image's name
+CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)## podman's OCI runtime (empty: podman's default)
 export CONTAINER_RUNTIME
+CLUSTER_REGISTRY_PORT ?= 5000## make cluster: its registry's port (Pulumi.local.yaml names 5000)
+PYTEST_WORKERS ?= auto## make pytest / test-fast: pytest-xdist workers (0: one process)
+PD_E2E_PULUMI ?=## make e2e: your own Pulumi CLI instead of the one make e2e-tools builds
 
-SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tests/support/*.sh) .ci/run
-# pytest-xdist workers for `make pytest` / `make test-fast` (auto: one per core). Only these two
-# targets run in parallel; the e2e and container suites share one control plane or podman store.
-PYTEST_WORKERS ?= auto
+# STACK=local runs on the one-machine cluster: its targets start the cluster when it is not
+# running and run with its kubeconfig, Docker API, tools and registry password (tools/cluster/).
+CLUSTER_STACK := local
+ON_CLUSTER := $(if $(filter $(CLUSTER_STACK),$(STACK)),$(BIN)/python -m tools.cluster run --registry-port $(CLUSTER_REGISTRY_PORT) --)
+# status and checkpoint read what runs: they never start it.
+ON_RUNNING_CLUSTER := $(if $(ON_CLUSTER),$(BIN)/python -m tools.cluster run --no-start --)
+
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tools/cluster/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: checkpoint help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
+.PHONY: checkpoint cluster cluster-down cluster-status help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
 
-help: ## List the targets.
+help: ## List the targets and the variables they read.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@echo "Variables (make TARGET NAME=value):"
+	@grep -hE '^[A-Z0-9_]+ \?=.*## ' $(MAKEFILE_LIST) | sed -E 's/^([A-Z0-9_]+) \?= ?([^#]*)## (.*)$$/\1\t\2\t\3/' | \
+	    awk -F'\t' '{printf "  %-22s %s%s\n", $$1, $$3, ($$2 == "" || $$2 ~ /[$$]/ ? "" : " [" $$2 "]")}'
 
 # pip's own output, not --quiet: the first install downloads torch from PyPI with its CUDA
 # libraries (about 5 GB in .venv), and pip names each file with its size and shows its progress.
@@ -101,34 +109,48 @@ image-test: $(STAMP) ## The image and container tests: build, train in container
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m container
 
 checkpoint: $(STAMP) ## Copy STACK's newest checkpoint from its claim to OUT (default .checkpoints/STACK-retrieved).
-	$(BIN)/python -m tools.retrieve --stack $(STACK) $(if $(OUT),--out $(OUT)) $(RETRIEVE_ARGS)
+	@$(ON_RUNNING_CLUSTER) $(BIN)/python -m tools.retrieve --stack $(STACK) $(if $(OUT),--out $(OUT)) $(RETRIEVE_ARGS)
 
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)
 
 # preview, up and destroy need the Pulumi CLI: without it, say so before building any virtual
-# environment. The script's own checks (the stack file, the CLI) fail first and say why.
+# environment. The script's own checks (the stack file, the CLI) fail first and say why. The
+# one-machine cluster brings its own CLI (STACK=local).
 PULUMI_GOALS := $(filter preview up destroy,$(MAKECMDGOALS))
 pulumi-cli: ## Check that the Pulumi CLI is installed (preview, up and destroy do it first).
-	@command -v pulumi >/dev/null 2>&1 || scripts/pulumi-stack.sh $(firstword $(PULUMI_GOALS) preview) $(STACK)
+	@$(if $(ON_CLUSTER),true,command -v pulumi >/dev/null 2>&1 || scripts/pulumi-stack.sh $(firstword $(PULUMI_GOALS) preview) $(STACK))
 ifneq ($(PULUMI_GOALS),)
 $(STAMP) $(POLICY_STAMP): | pulumi-cli
 endif
 
-preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI).
-	PYTHON=$(BIN)/python scripts/pulumi-stack.sh preview $(STACK) $(PULUMI_ARGS)
+PULUMI_STACK = EVENT_LOG=$(EVENT_LOG) PYTHON=$(BIN)/python $(ON_CLUSTER) scripts/pulumi-stack.sh
 
-up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster).
-	PYTHON=$(BIN)/python scripts/pulumi-stack.sh up $(STACK) $(PULUMI_ARGS)
+preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI; STACK=local: the cluster's).
+	$(PULUMI_STACK) preview $(STACK) $(PULUMI_ARGS)
+
+# STACK=local refreshes first: each `make cluster` is a new cluster, on which the objects the
+# state lists are gone until the refresh says so and the update creates them again.
+up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster; STACK=local starts the one-machine cluster).
+	$(PULUMI_STACK) up $(STACK) $(if $(ON_CLUSTER),--refresh) $(PULUMI_ARGS)
 
 destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
-	PYTHON=$(BIN)/python scripts/pulumi-stack.sh destroy $(STACK) $(PULUMI_ARGS)
+	$(PULUMI_STACK) destroy $(STACK) $(PULUMI_ARGS)
 
 status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follows the master's log to the end.
-	$(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)
+	@$(ON_RUNNING_CLUSTER) $(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)
+
+cluster: $(STAMP) ## Start the one-machine cluster in the background (Linux, root; the first time builds its tools).
+	@$(BIN)/python -m tools.cluster up --registry-port $(CLUSTER_REGISTRY_PORT)
+
+cluster-status: $(STAMP) ## What of the one-machine cluster runs, and whether each part answers.
+	@$(BIN)/python -m tools.cluster status
+
+cluster-down: $(STAMP) ## Stop the one-machine cluster; nothing of it is left (processes, mounts, namespaces).
+	@$(BIN)/python -m tools.cluster down
 
 bench: $(STAMP) ## Trainer throughput and checkpoint-stall benchmark.
 	OMP_NUM_THREADS=1 $(BIN)/python bench/trainer_throughput.py
 
-clean: ## Remove the virtual environment and local outputs (not .pulumi-state/ or .checkpoints/).
+clean: ## Remove the virtual environment and local outputs (not .pulumi-state/, .checkpoints/ or .cluster/).
 	rm -rf $(VENV) rendered .pytest_cache .ruff_cache

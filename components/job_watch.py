@@ -63,14 +63,27 @@ def api_error_reason(error: BaseException) -> str:
     return " ".join(str(reason or error).split())
 
 
+# Where the one-machine cluster comes from, said after each error about a missing cluster.
+LOCAL_CLUSTER = "for STACK=local, `make cluster` starts the one-machine cluster"
+
+
+def kubeconfig_path() -> str:
+    """The kubeconfig the Kubernetes provider reads: KUBECONFIG, else ~/.kube/config."""
+    return os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
 def api_client(context: str | None) -> Any:
     """An ApiClient for `context` of the kubeconfig the Kubernetes provider would read."""
     from kubernetes import config
 
-    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    kubeconfig = kubeconfig_path()
     exists = any(Path(p).expanduser().is_file() for p in kubeconfig.split(os.pathsep) if p)
+    if not exists and not (context is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
+        raise JobWatchError(
+            f"no kubeconfig at {kubeconfig}: set KUBECONFIG to your cluster's ({LOCAL_CLUSTER})"
+        )
     try:
-        if not exists and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if not exists:
             configuration = config.incluster_config.Configuration()
             config.load_incluster_config(client_configuration=configuration)
             from kubernetes.client import ApiClient
@@ -82,6 +95,35 @@ def api_client(context: str | None) -> Any:
         raise JobWatchError(f"cannot load {where}kubeconfig {kubeconfig}: {error}") from None
 
 
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost reason of a urllib3 error (MaxRetryError -> NewConnectionError -> OSError)."""
+    seen = error
+    while True:
+        inner = getattr(seen, "reason", None)
+        if not isinstance(inner, BaseException) or inner is seen:
+            inner = seen.__cause__ or seen.__context__
+        if inner is None or inner is seen:
+            return seen
+        seen = inner
+
+
+def describe_api_error(error: BaseException, api: Any) -> str:
+    """One line for a failed call to the API server `api` talks to: unreachable (where and why,
+    what to do), refused (the status), or the error's own words."""
+    from kubernetes.client import ApiException
+
+    server = getattr(getattr(api, "configuration", None), "host", "") or "?"
+    if isinstance(error, ApiException):
+        return f"the Kubernetes API server {server} answered {error.status} {error.reason}"
+    cause = _root_cause(error)
+    reason = getattr(cause, "strerror", None) or str(cause).rsplit(": ", 1)[-1]
+    return (
+        f"the Kubernetes API server {server} (kubeconfig {kubeconfig_path()}) cannot be "
+        f"reached: {str(reason).lower()}; is the cluster up, and KUBECONFIG its kubeconfig? "
+        f"({LOCAL_CLUSTER})"
+    )
+
+
 class JobWatch:
     """One job (namespace/name, of the API whose kind is `kind`) on one cluster."""
 
@@ -91,7 +133,7 @@ class JobWatch:
         self.namespace, self.name = namespace, name
         self.job_api: JobApi = api_of_kind(kind)
         self.title = f"{kind} {namespace}/{name}"
-        self._api = api
+        self.api = api
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
 

@@ -4,12 +4,17 @@
 # Usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]
 #
 # Flags after the stack go to `pulumi preview|up|destroy` as they are (`make up STACK=dev
-# PULUMI_ARGS=--yes` passes --yes; `--expect-no-changes`, `--event-log FILE`, ...).
+# PULUMI_ARGS=--yes` passes --yes; `--expect-no-changes`, `--replace URN`, ...).
 # Backend: whatever you are logged in to (`pulumi login ...`) or PULUMI_BACKEND_URL names; with
 # neither, the local file backend .pulumi-state/ in this checkout. A file backend encrypts the
 # stack's secrets with PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE), taken from
-# the environment. preview and up run the policy pack (policy/) with policy/config/<stack>.json.
+# the environment. preview and up run the policy pack (policy/) with policy/config/<stack>.json,
+# or with the pack's defaults when the stack has none (and say so).
 # up and destroy ask for confirmation on a terminal; elsewhere set PULUMI_SKIP_CONFIRMATIONS=true.
+#
+# From the Makefile, not the user: EVENT_LOG (`make up EVENT_LOG=FILE`: the engine's events also
+# go to FILE, JSON lines) and CLUSTER_REGISTRY_PASSWORD_FILE (set by `python -m tools.cluster
+# run` for STACK=local: the stack's secret registryPassword follows the cluster's registry).
 #
 # The command itself runs through tools/pulumi_run.py (python3, standard library only): before it,
 # a lock left by a pulumi command that is gone (file backend) is removed and the operations an
@@ -55,15 +60,21 @@ fi
 
 pulumi stack select --create "$stack"
 
-policy=()
+policy=(--policy-pack policy)
 if [[ -f "policy/config/$stack.json" ]]; then
-  policy=(--policy-pack policy --policy-pack-config "policy/config/$stack.json")
+  policy+=(--policy-pack-config "policy/config/$stack.json")
+elif [[ $action != destroy ]]; then
+  echo "pulumi-stack.sh: stack $stack has no policy/config/$stack.json: the policy pack runs with its defaults (no opt-outs: README.md, \"The rules\")" >&2
 fi
 
 case $action in
-  preview | up) argv=(pulumi "$action" --stack "$stack" --diff ${policy[@]+"${policy[@]}"} "$@") ;;
+  preview | up) argv=(pulumi "$action" --stack "$stack" --diff "${policy[@]}" "$@") ;;
   destroy) argv=(pulumi destroy --stack "$stack" "$@") ;;
 esac
 command -v "${PYTHON:-python3}" >/dev/null 2>&1 ||
   die "no ${PYTHON:-python3} on PATH: install Python 3 (the Pulumi program needs it too)"
-exec "${PYTHON:-python3}" -m tools.pulumi_run "$action" "$stack" -- "${argv[@]}"
+options=()
+[[ -z ${EVENT_LOG:-} ]] || options+=(--event-log "$EVENT_LOG")
+[[ -z ${CLUSTER_REGISTRY_PASSWORD_FILE:-} ]] ||
+  options+=(--registry-password-file "$CLUSTER_REGISTRY_PASSWORD_FILE")
+exec "${PYTHON:-python3}" -m tools.pulumi_run "$action" "$stack" ${options[@]+"${options[@]}"} -- "${argv[@]}"

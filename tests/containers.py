@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
+from tools.cluster import docker_api as cluster_docker_api
 from tools.local_backends import container as container_backend
 from tools.ports import free_port
 
@@ -31,7 +33,7 @@ TEST_IMAGE = "localhost/pytorch-distributed-trainer:test"
 RUNTIME = os.environ.get("CONTAINER_RUNTIME", container_backend.DEFAULT_RUNTIME)
 ENGINE = container_backend.Engine("podman", RUNTIME or None)
 BUILD_TIMEOUT_S = 1800
-REGISTRY_SCRIPT = REPO_ROOT / "tests" / "support" / "local-registry.sh"
+REGISTRY_SCRIPT = REPO_ROOT / "tools" / "cluster" / "local-registry.sh"
 # The media types a registry may serve an image manifest as; a node's pull accepts them all.
 MANIFEST_TYPES = ", ".join(
     [
@@ -85,7 +87,7 @@ def build_base_image() -> str:
 
 @dataclass(frozen=True)
 class Registry:
-    """A registry started by tests/support/local-registry.sh, with its own registries.conf for
+    """A registry started by tools/cluster/local-registry.sh, with its own registries.conf for
     podman (the project's, plus this address as plain HTTP)."""
 
     address: str
@@ -123,7 +125,7 @@ class Registry:
 def local_registry(
     directory: Path, *, username: str | None = None, password: str | None = None
 ) -> Iterator[Registry]:
-    """tests/support/local-registry.sh on a free port, stopped on exit; with `username`, it requires
+    """tools/cluster/local-registry.sh on a free port, stopped on exit; with `username`, it requires
     authentication with `password`."""
     port = free_port()
     args = [str(REGISTRY_SCRIPT), "start", str(directory / "registry"), str(port)]
@@ -137,11 +139,7 @@ def local_registry(
     assert started.returncode == 0, started.stdout + started.stderr
     address = started.stdout.strip()
     assert address == f"127.0.0.1:{port}"
-    conf = directory / "registries.conf"
-    project_conf = REPO_ROOT / "tools" / "containers" / "registries.conf"
-    conf.write_text(
-        project_conf.read_text() + f'\n[[registry]]\nlocation = "{address}"\ninsecure = true\n'
-    )
+    conf = cluster_docker_api.registries_conf(directory / "registries.conf", address)
     try:
         yield Registry(address, conf, username, password)
     finally:
@@ -152,32 +150,38 @@ def local_registry(
         shutil.rmtree(directory / "registry" / "storage", ignore_errors=True)
 
 
+def stop_registry(directory: Path, address: str) -> None:
+    """Stop the registry `local_registry` started in `directory`; return once its port is closed."""
+    subprocess.run([str(REGISTRY_SCRIPT), "stop", str(directory)], check=True, timeout=60)
+    host, port = address.split(":")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((host, int(port))) != 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"the registry at {address} still answers")
+
+
+def start_registry(directory: Path, address: str, username: str, password: str) -> None:
+    """The same registry again: same port, same storage, same user."""
+    started = subprocess.run(
+        [str(REGISTRY_SCRIPT), "start", str(directory), address.split(":")[1], "--user", username],
+        env={**os.environ, "LOCAL_REGISTRY_PASSWORD": password},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+
+
 @contextlib.contextmanager
 def docker_api(sock: Path, registries_conf: Path) -> Iterator[Path]:
-    """`podman system service` on a unix socket: the Docker Engine API that Docker clients (and
-    the stack's Docker provider, through DOCKER_HOST) talk to."""
-    env = engine_env(CONTAINERS_REGISTRIES_CONF=str(registries_conf))
-    service = subprocess.Popen(
-        [*ENGINE.argv, "system", "service", "--time", "0", f"unix://{sock}"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not sock.exists():
-            assert service.poll() is None, service.stderr.read() if service.stderr else ""
-            assert time.monotonic() < deadline, "podman system service did not listen"
-            time.sleep(0.1)
-        yield sock
-    finally:
-        service.terminate()
-        try:
-            service.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
+    """`podman system service` on a unix socket (tools/cluster/docker_api.py): the Docker Engine
+    API that Docker clients (and the stack's Docker provider, through DOCKER_HOST) talk to."""
+    with cluster_docker_api.docker_api(sock, registries_conf) as served:
+        yield served
 
 
 def containers_labelled(label: str) -> list[str]:

@@ -30,7 +30,9 @@ ALLOWED = {
 # Layers inside a package, lowest first: a module never imports one of a higher layer. Settings
 # -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's
 # disk writer -> a run's storage (the interface and its backends) -> checkpoint store, metrics
-# and command line -> resume decision and restore -> training loop.
+# and command line -> resume decision and restore -> training loop; the cluster's processes and
+# node network -> Trainer plane -> control plane and its real node -> the Docker API -> the
+# background service -> its command line.
 LAYERS = (
     (
         ("components.setting_values",),
@@ -53,6 +55,14 @@ LAYERS = (
         ("trainer.checkpoint", "trainer.metrics", "trainer.cli"),
         ("trainer.async_writer", "trainer.resume", "trainer.restore"),
         ("trainer.loop",),
+    ),
+    (
+        ("tools.cluster.processes", "tools.cluster.node_network"),
+        ("tools.cluster.trainer_plane",),
+        ("tools.cluster.control_plane", "tools.cluster.real_node"),
+        ("tools.cluster.docker_api",),
+        ("tools.cluster.service",),
+        ("tools.cluster.__main__",),
     ),
 )
 

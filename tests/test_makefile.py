@@ -52,3 +52,61 @@ def test_a_missing_pulumi_cli_is_said_before_any_virtual_environment_is_built(
     assert "the Pulumi CLI is not installed" in done.stderr
     assert not venv.exists()
     assert "pip install" not in done.stdout + done.stderr
+
+
+def help_variables() -> dict[str, str]:
+    """NAME -> what it does, from `make help`'s list of variables."""
+    done = make("help")
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split("Variables (make TARGET NAME=value):\n", 1)[1]
+    return {line.split()[0]: line.split(None, 1)[1] for line in listed.splitlines()}
+
+
+def test_make_help_lists_every_variable_a_command_line_may_set() -> None:
+    text = (REPO_ROOT / "Makefile").read_text()
+    settable = set(re.findall(r"^([A-Z][A-Z0-9_]*) \?=", text, re.MULTILINE))
+    assert set(help_variables()) == settable
+    assert {"STACK", "OUT", "PULUMI_ARGS", "EVENT_LOG"} <= settable
+
+
+def test_the_makefile_reads_no_variable_it_does_not_declare() -> None:
+    """A `$(NAME)` that is neither declared here, in tools/containers/defaults.env nor make's own
+    would be read from the command line or environment without `make help` saying so."""
+    text = (REPO_ROOT / "Makefile").read_text()
+    declared = set(re.findall(r"^([A-Z][A-Z0-9_]*) *(?::=|\?=|=)", text, re.MULTILINE))
+    defaults = (REPO_ROOT / "tools" / "containers" / "defaults.env").read_text()
+    declared |= set(re.findall(r"^([A-Z][A-Z0-9_]*)=", defaults, re.MULTILINE))
+    make_own = {"MAKEFILE_LIST", "MAKECMDGOALS", "SHELL", "MAKE"}
+    read = set(re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", text))
+    assert read - declared - make_own == set()
+
+
+def dry_run(*args: str) -> str:
+    done = make("-n", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_local_stack_runs_on_the_one_machine_cluster() -> None:
+    """STACK=local: preview, up and destroy start the cluster when needed; status and
+    checkpoint use it while it runs and never start it. Other stacks run as they are."""
+    for target in ("preview", "up", "destroy"):
+        assert "-m tools.cluster run --registry-port 5000 -- scripts/pulumi-stack.sh" in dry_run(
+            target, "STACK=local"
+        )
+        assert "tools.cluster" not in dry_run(target, "STACK=dev")
+    # Each `make cluster` is a new cluster: up reads back what of the state's objects is gone.
+    assert dry_run("up", "STACK=local").endswith("scripts/pulumi-stack.sh up local --refresh")
+    assert "--refresh" not in dry_run("up", "STACK=dev")
+    assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.status" in dry_run(
+        "status", "STACK=local"
+    )
+    assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.retrieve" in dry_run(
+        "checkpoint", "STACK=local", "OUT=/tmp/out"
+    )
+
+
+def test_event_log_reaches_the_wrapper_as_a_variable() -> None:
+    assert dry_run("up", "STACK=dev", "EVENT_LOG=/tmp/events.jsonl").startswith(
+        "EVENT_LOG=/tmp/events.jsonl "
+    )

@@ -2,7 +2,14 @@
 first clear what an interrupted command left on the stack, then run it, then say in one line why
 it failed and what the next command does.
 
-    python3 -m tools.pulumi_run ACTION STACK -- PULUMI_ARGV...
+    python3 -m tools.pulumi_run ACTION STACK [--event-log FILE] [--registry-password-file FILE] \
+        -- PULUMI_ARGV...
+
+`--event-log FILE` (`make ... EVENT_LOG=FILE`) also writes the engine's events to FILE, one JSON
+line each, as they happen; pulumi 3.260 hides that flag of its own unless PULUMI_DEBUG_COMMANDS
+is true, which is set here for the CLI only, as Pulumi's Automation API does: a user sets
+nothing. `--registry-password-file FILE` (the one-machine cluster's, which `make ... STACK=local`
+passes) sets the stack's secret `registryPassword` from FILE when it is missing or differs.
 
 What an interrupted `pulumi up` or `destroy` (a killed CLI, a laptop gone to sleep, a cancelled
 CI job) leaves, and what happens to it here:
@@ -53,7 +60,12 @@ EVENT_LOG_FLAG = "--event-log"
 
 
 class StackError(Exception):
-    """A reason not to run the command, already phrased for the user (one line)."""
+    """A reason not to run the command, already phrased for the user (one line); `exit_code` 2
+    for a mistake to fix before anything runs, 1 for a state that blocks."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # -- locks of the file backend ------------------------------------------------------------------
@@ -417,6 +429,65 @@ def prepare(cli: Cli, action: str, project: str, hostname: str) -> None:
         resolve_pending(cli, pending, action)
 
 
+# -- the Docker-compatible engine of a stack that builds -----------------------------------------
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+NO_ENGINE = re.compile(
+    r"failed to connect to any docker daemon|Cannot connect to the Docker daemon", re.IGNORECASE
+)
+
+
+def engine_answers(host: str, timeout: float = 5) -> bool:
+    """A Docker Engine API (Docker's or podman's) answers `GET /_ping` at `host` (unix:// or
+    tcp://; TLS and ssh:// hosts are taken on trust, this does not speak them)."""
+    parts = urlsplit(host)
+    address: str | tuple[str, int]
+    if parts.scheme == "unix":
+        family, address = socket.AF_UNIX, parts.path
+    elif parts.scheme in ("tcp", "http") and parts.hostname and parts.port:
+        family, address = socket.AF_INET, (parts.hostname, parts.port)
+    else:
+        return True
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout)
+            connection.connect(address)
+            connection.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return connection.recv(64).split(b" ", 2)[1:2] == [b"200"]
+    except (OSError, IndexError):
+        return False
+
+
+def no_engine_message(stack: str, host: str | None) -> str:
+    where = f"at {host}" if host else f"at {DEFAULT_DOCKER_HOST} (DOCKER_HOST is not set)"
+    return (
+        f"stack {stack} builds its image (image.build: true) and no Docker-compatible engine "
+        f"answers {where}: start Docker Engine, or set DOCKER_HOST to one (`make cluster` serves "
+        "podman's at unix://<clone>/.cluster/podman.sock; `make up STACK=local` uses it)"
+    )
+
+
+def stack_builds(stack: str) -> bool:
+    """The stack file says `image.build: true` (False when the settings cannot be read here: a
+    python3 without the project's packages, or a bad setting, which the program reports)."""
+    try:
+        from components.settings import SettingsError, load_stack_file
+    except ImportError:
+        return False
+    try:
+        return load_stack_file(stack, Path.cwd()).image.build
+    except SettingsError:
+        return False
+
+
+def require_engine(stack: str) -> None:
+    """Before preview and up: the Docker provider connects to the engine as it starts, also for
+    a preview, and fails with "failed to connect to any docker daemon" without one."""
+    host = os.environ.get("DOCKER_HOST") or None
+    if stack_builds(stack) and not engine_answers(host or DEFAULT_DOCKER_HOST):
+        raise StackError(no_engine_message(stack, host), 2)
+
+
 # -- after a failure: one line ------------------------------------------------------------------
 
 UNREACHABLE = re.compile(
@@ -502,6 +573,8 @@ def explain(action: str, stack: str, returncode: int, errors: Sequence[Failure])
             "operations it leaves and goes on"
         )
     text = "\n".join(error.message for error in errors)
+    if NO_ENGINE.search(text):
+        return no_engine_message(stack, os.environ.get("DOCKER_HOST") or None)
     # A resource of the package, or its provider (`pulumi:providers:kubernetes`).
     docker = [e for e in errors if is_docker(e)]
     kubernetes = [
@@ -578,11 +651,14 @@ def forwarded_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def run_logged(argv: Sequence[str]) -> tuple[int, list[Failure]]:
-    """Run the CLI (signals forwarded) with an event log, its own unless argv names one; its exit
-    status (negative: killed by that signal) and the errors the engine reported."""
+def run_logged(argv: Sequence[str], event_log: Path | None = None) -> tuple[int, list[Failure]]:
+    """Run the CLI (signals forwarded) with an event log: `event_log`, the one argv names, or one
+    of its own; its exit status (negative: killed by that signal) and the errors the engine
+    reported."""
     argv = list(argv)
     own_log = None
+    if event_log is not None and event_log_path(argv) is None:
+        argv += [EVENT_LOG_FLAG, str(event_log)]
     event_log = event_log_path(argv)
     if event_log is None:
         handle, name = tempfile.mkstemp(prefix="pulumi-events-", suffix=".jsonl")
@@ -599,18 +675,18 @@ def run_logged(argv: Sequence[str]) -> tuple[int, list[Failure]]:
             own_log.unlink(missing_ok=True)
 
 
-def run_command(action: str, stack: str, argv: Sequence[str]) -> int:
+def run_command(action: str, stack: str, argv: Sequence[str], event_log: Path | None = None) -> int:
     """Run the CLI; after a failure print one line on why and what the next command does.
 
     An `up` whose only failure is a push that broke off midway (the registry restarted, a proxy
     dropped the connection: podman then reports "use of closed network connection") runs once
     more if the registry answers by then: the build is cached and the push starts over, which
     is what the user would do next anyway."""
-    returncode, errors = run_logged(argv)
+    returncode, errors = run_logged(argv, event_log)
     registry = broken_off_push(errors) if action == "up" and returncode > 0 else None
     if registry is not None and answers(registry):
         note(f"the push to the registry {registry} broke off midway; it answers: pushing again")
-        returncode, errors = run_logged(argv)
+        returncode, errors = run_logged(argv, event_log)
     explanation = explain(action, stack, returncode, errors) if returncode != 0 else None
     if explanation is not None:
         note(explanation)
@@ -625,19 +701,79 @@ def project_name(project_file: Path) -> str:
     return match.group(1)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 4 or args[0] not in ACTIONS or args[2] != "--":
-        print("usage: python3 -m tools.pulumi_run ACTION STACK -- PULUMI_ARGV...", file=sys.stderr)
-        return 2
-    action, stack, command = args[0], args[1], args[3:]
-    cli = Cli(stack, command[0])
+def sync_secret(cli: Cli, key: str, source: Path) -> None:
+    """The stack's secret `key` from the file `source`, set (through stdin, never the command
+    line) when it is missing or differs: the stack file changes only when the value does."""
     try:
-        prepare(cli, action, project_name(Path("Pulumi.yaml")), socket.gethostname())
+        value = source.read_text().strip()
+    except OSError as error:
+        raise StackError(f"cannot read {source} for {key}: {error.strerror}") from None
+    current = cli.capture("config", "get", "--stack", cli.stack, key)
+    if current.returncode == 0 and current.stdout.rstrip("\n") == value:
+        return
+    done = subprocess.run(
+        [cli.executable, "config", "set", "--stack", cli.stack, "--secret", key],
+        input=value,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        why = last_error_line(done.stderr)
+        raise StackError(f"could not set {key} on stack {cli.stack}: {why}")
+    note(f"stack {cli.stack}: secret {key} set from {source}")
+
+
+@dataclass(frozen=True)
+class Options:
+    action: str
+    stack: str
+    command: list[str]
+    event_log: Path | None = None
+    registry_password_file: Path | None = None
+
+
+USAGE = (
+    "usage: python3 -m tools.pulumi_run ACTION STACK [--event-log FILE] "
+    "[--registry-password-file FILE] -- PULUMI_ARGV..."
+)
+
+
+def parse(args: Sequence[str]) -> Options | None:
+    """ACTION STACK [options] -- PULUMI_ARGV; None when it is not that."""
+    if "--" not in args:
+        return None
+    split = list(args).index("--")
+    head, command = list(args[:split]), list(args[split + 1 :])
+    if len(head) < 2 or head[0] not in ACTIONS or not command:
+        return None
+    options: dict[str, Path] = {}
+    rest = head[2:]
+    while rest:
+        if len(rest) < 2 or rest[0] not in ("--event-log", "--registry-password-file"):
+            return None
+        options[rest[0].removeprefix("--").replace("-", "_")] = Path(rest[1])
+        rest = rest[2:]
+    return Options(head[0], head[1], command, **options)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse(sys.argv[1:] if argv is None else argv)
+    if options is None:
+        print(USAGE, file=sys.stderr)
+        return 2
+    cli = Cli(options.stack, options.command[0])
+    try:
+        project = project_name(Path("Pulumi.yaml"))
+        if options.action != "destroy":
+            require_engine(options.stack)
+        if options.registry_password_file is not None:
+            sync_secret(cli, f"{project}:registryPassword", options.registry_password_file)
+        prepare(cli, options.action, project, socket.gethostname())
     except StackError as error:
         note(str(error))
-        return 1
-    return run_command(action, stack, command)
+        return error.exit_code
+    return run_command(options.action, options.stack, options.command, options.event_log)
 
 
 if __name__ == "__main__":

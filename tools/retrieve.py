@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import re
 import secrets
 import shlex
 import signal
@@ -40,9 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from components.job_apis import api_of_settings
 from components.job_state import START_FAILURES
-from components.job_watch import api_error_reason
+from components.job_watch import JobWatchError, api_client, api_error_reason, describe_api_error
 from components.manifests import (
     checkpoint_reader_pod_manifest,
     resource_names,
@@ -80,12 +83,12 @@ class Cluster:
     """The stack's namespace on the cluster its kubeconfig context points at."""
 
     def __init__(self, settings: StackSettings) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
         try:
-            api = config.new_client_from_config(context=settings.kube_context)
-        except config.ConfigException as error:
-            raise RetrieveError(f"kubeconfig: {error}", 2) from None
+            api = api_client(settings.kube_context)
+        except JobWatchError as error:
+            raise RetrieveError(str(error), 2) from None
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -222,6 +225,7 @@ class ReaderPod:
         self.cluster = cluster
         self.settings = settings
         self.name = f"{settings.job.name}-checkpoint-reader-{secrets.token_hex(3)}"
+        self.node: str | None = reader.node
         self.manifest = checkpoint_reader_pod_manifest(
             settings,
             name=self.name,
@@ -242,7 +246,7 @@ class ReaderPod:
                 f"the API server refused reader pod {self.name}: {api_error_reason(error)}"
             ) from None
         try:
-            self._wait_running()
+            self.node = self._wait_running()
         except BaseException:
             self.delete()
             raise
@@ -253,18 +257,20 @@ class ReaderPod:
 
     def delete(self) -> None:
         from kubernetes import client
+        from urllib3.exceptions import HTTPError
 
-        with contextlib.suppress(client.ApiException):
+        with contextlib.suppress(client.ApiException, HTTPError):
             self.cluster.core.delete_namespaced_pod(
                 self.name, self.cluster.namespace, grace_period_seconds=0
             )
 
-    def _wait_running(self) -> None:
+    def _wait_running(self) -> str | None:
+        """The node the pod runs on, once it runs."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             pod = self.cluster.core.read_namespaced_pod(self.name, self.cluster.namespace)
             if pod.status.phase == "Running":
-                return
+                return pod.spec.node_name
             if pod.status.phase in ("Failed", "Succeeded"):
                 raise RetrieveError(f"reader pod {self.name} ended ({pod.status.phase})")
             for status in pod.status.container_statuses or []:
@@ -278,21 +284,54 @@ class ReaderPod:
         raise RetrieveError(f"reader pod {self.name} did not start in {START_TIMEOUT_S:.0f}s")
 
     def _exec(self, command: list[str]) -> Any:
+        """A command in the pod, through the API server and the pod's node (the kubelet serves
+        exec): a node that cannot is one line, exit code 2 (kwok's fake nodes run no container;
+        a kubelet the API server cannot reach, or one that refuses it)."""
         from kubernetes import client
         from kubernetes.stream import stream
+        from websocket import WebSocketException
 
-        return stream(
-            client.CoreV1Api(self.cluster.api).connect_get_namespaced_pod_exec,
-            self.name,
-            self.cluster.namespace,
-            command=command,
-            stderr=True,
-            stdin=False,
-            stdout=True,
-            tty=False,
-            binary=True,
-            _preload_content=False,
+        try:
+            return stream(
+                client.CoreV1Api(self.cluster.api).connect_get_namespaced_pod_exec,
+                self.name,
+                self.cluster.namespace,
+                command=command,
+                stderr=True,
+                stdin=False,
+                stdout=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
+        except (client.ApiException, WebSocketException, OSError) as error:
+            reason = str(getattr(error, "reason", None) or error)
+            raise self._no_exec(command[0], reason) from None
+
+    def _no_exec(self, program: str, reason: str) -> RetrieveError:
+        # The API server's words name the kubelet's URL with the whole command: not needed here.
+        reason = re.sub(r'(\w+) "[^"]*"', r"\1", reason.strip().splitlines()[0] if reason else "")
+        return RetrieveError(
+            f"cannot run {program} in reader pod {self.name} on node {self.node or '?'} "
+            f"({reason}): the node does not serve exec to the API server; on a cluster whose "
+            "nodes do, `make checkpoint` works as it is",
+            2,
         )
+
+    def _exit_code(self, ws: Any, program: str) -> int:
+        """The exit code of a finished exec, from the Status the API server wrote on the error
+        channel; a Failure without an exit code means the command never ran (the node could not
+        be reached, or does not run containers), which is `_no_exec`."""
+        from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+        status = yaml.safe_load(ws.read_channel(ERROR_CHANNEL) or "") or {}
+        if not isinstance(status, dict) or status.get("status", "Success") == "Success":
+            return 0
+        causes = (status.get("details") or {}).get("causes") or []
+        for cause in causes:
+            if cause.get("reason") == "ExitCode":
+                return int(cause.get("message", 1))
+        raise self._no_exec(program, str(status.get("message") or status))
 
     def run(self, command: list[str]) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of a command in the pod."""
@@ -303,22 +342,30 @@ class ReaderPod:
             out += ws.read_stdout() or b""
             err += ws.read_stderr() or b""
         ws.close()
-        return ws.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+        code = self._exit_code(ws, command[0])
+        return code, out.decode(errors="replace"), err.decode(errors="replace")
 
     def copy_out(self, directory: str, files: Sequence[str], out: Path) -> None:
         """`tar` the files of `directory` in the pod into `out` here, streamed, never buffered
         whole (checkpoints run to gigabytes)."""
         ws = self._exec(["tar", "-cf", "-", "-C", directory, *files])
         stdout = _ExecStdout(ws)
-        with tarfile.open(fileobj=io.BufferedReader(stdout), mode="r|") as archive:
-            archive.extractall(out, filter="data")
+        unreadable = None
+        try:
+            with tarfile.open(fileobj=io.BufferedReader(stdout), mode="r|") as archive:
+                archive.extractall(out, filter="data")
+        except tarfile.ReadError as error:  # the exit code (or the exec's failure) says why
+            unreadable = error
         ws.close()
-        if ws.returncode:
+        code = self._exit_code(ws, "tar")
+        if code:
             said = stdout.stderr.decode(errors="replace").strip()
             raise RetrieveError(
                 unreadable(self.settings, said)
-                or f"tar of {directory} in {self.name} failed ({ws.returncode}): {said}"
+                or f"tar of {directory} in {self.name} failed ({code}): {said}"
             )
+        if unreadable is not None:
+            raise RetrieveError(f"tar of {directory} in {self.name}: {unreadable}")
 
 
 def unreadable(settings: StackSettings, stderr: str) -> str | None:
@@ -348,11 +395,31 @@ def retrieve(
     say: Any = print,
 ) -> list[Path]:
     """Copy the selected checkpoints, manifest and metrics to `out`; return the copied
-    checkpoints, each verified against the manifest by the trainer's own store."""
+    checkpoints, each verified against the manifest by the trainer's own store. An API server
+    that cannot be reached or refuses is a RetrieveError (exit code 2) naming it."""
+    from kubernetes.client import ApiException
+    from urllib3.exceptions import HTTPError
+
+    cluster = Cluster(settings)
+    try:
+        return _retrieve(settings, cluster, out, epoch=epoch, every=every, image=image, say=say)
+    except (ApiException, HTTPError) as error:
+        raise RetrieveError(describe_api_error(error, cluster.api), 2) from None
+
+
+def _retrieve(
+    settings: StackSettings,
+    cluster: Cluster,
+    out: Path,
+    *,
+    epoch: int | None,
+    every: bool,
+    image: str | None,
+    say: Any,
+) -> list[Path]:
     from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
     from trainer.metrics import METRICS_NAME
 
-    cluster = Cluster(settings)
     reader = plan_reader(settings, cluster, image)
     directory = settings.checkpoint_dir
     with ReaderPod(cluster, settings, reader) as pod:
@@ -432,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
     except RetrieveError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

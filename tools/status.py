@@ -10,8 +10,9 @@ then follows the master's log, each line prefixed with the pod's name, until the
 master pod the operator recreates is followed again). A node that serves no logs gets the job's
 progress instead. The end is the job's outcome, in the words `pulumi up` uses for it.
 
-Exit codes: 0 the job succeeded, 1 it failed, 2 there is no such job (or the stack file or the
-cluster cannot be read), 3 it is still running (`--no-follow`), 130 Ctrl-C.
+Exit codes: 0 the job succeeded, 1 it failed, 2 there is no such job (or the stack file, the
+kubeconfig or the API server cannot be read: one line that says which and what to do), 3 it is
+still running (`--no-follow`), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TextIO
 
 from components.job_apis import api_of_settings
 from components.job_state import JobState, Progress, failure_report, progress_line, status_table
-from components.job_watch import JobWatch, JobWatchError, api_errors
+from components.job_watch import JobWatch, JobWatchError, api_errors, describe_api_error
 from components.settings import SettingsError, load_stack_file
 from tools.stack_cli import add_stack_arguments
 
@@ -106,6 +107,7 @@ class Follower:
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = parse_args(argv)
+    watch = None
     try:
         settings = load_stack_file(args.stack, args.stack_dir)
         job = settings.job.name
@@ -131,8 +133,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return NOT_FOUND
-    except (JobWatchError, *api_errors()) as error:
+    except JobWatchError as error:
         print(f"error: {error}", file=sys.stderr)
+        return NOT_FOUND
+    except api_errors() as error:
+        print(f"error: {describe_api_error(error, watch.api if watch else None)}", file=sys.stderr)
         return NOT_FOUND
     except KeyboardInterrupt:
         return INTERRUPTED

@@ -3,26 +3,31 @@ control plane, and the project directory the CLI runs in.
 
 Two ways to run it:
 - here and in CI: `make e2e` builds the tools (scripts/e2e-tools.sh, cached outside the clone)
-  and starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the training operator
-  and kwok on loopback (tests/support/control_plane.py);
+  and starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the training
+  operator, Trainer and JobSet, and kwok on loopback (tools/cluster/control_plane.py, the
+  one-machine cluster's own, with kwok's fake nodes);
 - against your own CLI and cluster: `PD_E2E_PULUMI=$(command -v pulumi)
   PD_E2E_KUBECONFIG=~/.kube/config PD_E2E_IMAGE_REF=<trainer image@sha256:...> make e2e` (e.g.
   kind from scripts/kind-up.sh, with the training operator); `PD_E2E_STORAGE=hostpath` adds the
   suite's hostPath volumes for a one-node cluster without a ReadWriteMany provisioner. There the
   pods really run the trainer, so the job finishes by itself instead of by the suite's hand.
 
-Everything runs the way a user runs `make preview/up/destroy`: the plain `pulumi` CLI in a copy of
-the project directory, whose virtualenv `pulumi install` creates from requirements.txt;
-`scripts/pulumi-stack.sh` runs preview, up and destroy (with the policy pack, `policy/venv` made
-by `make policy-venv`); the CLI's Python language host runs `__main__.py` from that virtualenv;
-the Kubernetes and Docker providers are the binaries scripts/e2e-tools.sh built, installed with
-`pulumi plugin install --file` (nothing is downloaded at run time).
+Every user command runs as a user types it, in a copy of the checkout (the Makefile, scripts/,
+tools/, the stack files; `.venv` and `policy/venv` are the repository's, linked): `make
+preview|up|destroy|status|checkpoint STACK=...` with make variables `make help` lists
+(`PULUMI_ARGS`, `EVENT_LOG`, ...), and `pulumi ...` where the README has users type it, in an
+environment built from scratch: HOME, PATH and only what README.md's "Environment variables"
+lists (tests/e2e/user_environment.py refuses anything else). The Kubernetes and Docker providers
+are the binaries scripts/e2e-tools.sh built, installed with `pulumi plugin install --file`
+(nothing is downloaded at run time).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -37,8 +42,10 @@ from pulumi.automation import EngineEvent
 
 from components.settings import PROJECT, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
-from tests.support.control_plane import ControlPlane, build_tools, create_hostpath_storage
+from tests.e2e.user_environment import SYSTEM_PATH, user_environment
 from tests.support.timings import ModuleTimings
+from tools.cluster.control_plane import ControlPlane, build_tools, create_hostpath_storage
+from tools.cluster.service import provider_versions
 
 PASSPHRASE = "e2e-passphrase-not-a-secret"
 # Unique enough that finding it anywhere in outputs or state means it leaked.
@@ -47,10 +54,22 @@ PASSWORD_KEY = f"{PROJECT}:registryPassword"
 E2E_DIR = Path(__file__).parent
 # The stack's policy-pack config, as policy/config/<stack>.json is for dev and prod.
 POLICY_CONFIG = E2E_DIR / "policy-config.json"
-# What of the project a user's checkout holds that `pulumi up` reads (the rest is tests, docs).
-PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt", "components", "trainer")
-PROVIDERS = {"kubernetes": "4.25.0", "docker": "4.11.2"}
+# What of a user's checkout the make targets read (the rest is tests and docs); requirements and
+# the Makefile keep their times, so make's install stamps in the linked .venv hold for the copy.
+PROJECT_FILES = (
+    "Makefile",
+    "Pulumi.yaml",
+    "__main__.py",
+    "requirements.txt",
+    "requirements-dev.txt",
+    "components",
+    "trainer",
+    "tools",
+    "scripts",
+)
 CLI_TIMEOUT_S = 1800
+# The line GNU make ends with when a recipe fails: the command's own exit status is N.
+MAKE_ERROR = re.compile(r"^make: \*\*\* \[[^\]]*\] Error (\d+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -132,6 +151,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: Path(str(item.fspath)).name.startswith("test_faults"))
 
 
+def recipe_status(returncode: int, output: str) -> int:
+    """The exit status of the command a `make` target ran (make itself exits 2 for any)."""
+    if returncode == 0:
+        return 0
+    failed = MAKE_ERROR.findall(output)
+    return int(failed[-1]) if failed else returncode
+
+
+def command_status(done: subprocess.CompletedProcess[str]) -> int:
+    return recipe_status(done.returncode, done.stdout + done.stderr)
+
+
+def own_lines(text: str) -> list[str]:
+    """A make target's stderr without make's own line about the failed recipe (`make: ***`)."""
+    return [line for line in text.splitlines() if not line.startswith("make: ***")]
+
+
+def make_args(flags: tuple[str, ...]) -> str:
+    """Flags as a make variable's value on the command line: quoted for the recipe's shell, each
+    `$` doubled for make (a Pulumi URN holds `$`), as a user types them."""
+    return " ".join(shlex.quote(flag).replace("$", "$$") for flag in flags)
+
+
 @dataclass(frozen=True)
 class Result:
     """One CLI command: its exit code, everything it printed, and its engine events."""
@@ -139,6 +181,11 @@ class Result:
     returncode: int
     output: str
     events: list[EngineEvent] = field(default_factory=list)
+
+    @property
+    def status(self) -> int:
+        """The exit status of the command `make` ran (its own `returncode` is 2 for any)."""
+        return recipe_status(self.returncode, self.output)
 
     def summary(self) -> dict[str, int]:
         """Resource operations the engine counted ({"create": 10, "same": 2, ...})."""
@@ -182,12 +229,19 @@ def read_events(path: Path) -> list[EngineEvent]:
 
 @dataclass
 class Project:
-    """A copy of the project directory, with the stack's virtualenv, the policy pack, the CLI's
-    environment and a file backend, as a user's checkout is after `make venv policy-venv`."""
+    """A copy of the checkout as a user has it after `make venv policy-venv`, the variables a user
+    sets for it (README.md's "Environment variables"), and the PATH with the CLI on it."""
 
     work_dir: Path
-    env: dict[str, str]
+    variables: dict[str, str]
+    path: str
     toolchain: Toolchain
+
+    def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What a user command runs with: built from scratch, documented names only."""
+        return user_environment(
+            {**self.variables, **(extra or {})}, home=os.environ["HOME"], path=self.path
+        )
 
     def run(
         self, argv: list[str], *, env: Mapping[str, str] | None = None, check: bool = True
@@ -195,7 +249,7 @@ class Project:
         done = subprocess.run(
             argv,
             cwd=self.work_dir,
-            env={**os.environ, **self.env, **(env or {})},
+            env=self.environment(env),
             capture_output=True,
             text=True,
             timeout=CLI_TIMEOUT_S,
@@ -205,9 +259,30 @@ class Project:
             assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout}\n{done.stderr}"
         return done
 
+    def popen(
+        self, argv: list[str], *, env: Mapping[str, str] | None = None, **options: Any
+    ) -> subprocess.Popen[Any]:
+        """A user command in the background (a second terminal)."""
+        return subprocess.Popen(argv, cwd=self.work_dir, env=self.environment(env), **options)
+
+    def make_argv(self, target: str, **variables: str) -> list[str]:
+        """`make TARGET NAME=value...` as typed in the checkout (empty values left out)."""
+        assigned = [f"{name}={value}" for name, value in variables.items() if value]
+        return ["make", "--no-print-directory", target, *assigned]
+
+    def make(
+        self,
+        target: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        **variables: str,
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run(self.make_argv(target, **variables), env=env, check=check)
+
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """The CLI itself, what a user types in the project directory."""
-        return self.run([str(self.toolchain.pulumi), *args, "--non-interactive"], check=check)
+        return self.run(["pulumi", *args], check=check)
 
     def stack(self, name: str, *, env: Mapping[str, str] | None = None) -> Stack:
         """Stack `name` from tests/e2e/Pulumi.<name>.yaml, with its policy config and secret."""
@@ -224,27 +299,26 @@ class Project:
 
 @dataclass
 class Stack:
-    """One stack of the project, driven through scripts/pulumi-stack.sh as `make up` does."""
+    """One stack of the project, driven through `make ACTION STACK=...` as a user does."""
 
     project: Project
     name: str
     env: dict[str, str]
 
+    def make_argv(self, action: str, *flags: str, events_file: Path | None = None) -> list[str]:
+        """`make ACTION STACK=name [EVENT_LOG=FILE] [PULUMI_ARGS=FLAGS]`."""
+        return self.project.make_argv(
+            action,
+            STACK=self.name,
+            EVENT_LOG=str(events_file or ""),
+            PULUMI_ARGS=make_args(flags),
+        )
+
     def make(self, action: str, *flags: str, check: bool = True) -> Result:
-        """`scripts/pulumi-stack.sh ACTION STACK FLAGS`: what `make ACTION STACK=...` runs."""
+        """`make ACTION STACK=...` with the engine's events written to a file of the suite's."""
         events_file = self.project.work_dir / f".events-{self.name}-{time.monotonic_ns()}.jsonl"
         done = self.project.run(
-            [
-                str(self.project.work_dir / "scripts" / "pulumi-stack.sh"),
-                action,
-                self.name,
-                "--non-interactive",
-                "--event-log",
-                str(events_file),
-                *flags,
-            ],
-            env=self.env,
-            check=False,
+            self.make_argv(action, *flags, events_file=events_file), env=self.env, check=False
         )
         output = done.stdout + done.stderr
         events = []
@@ -253,7 +327,7 @@ class Stack:
             events_file.unlink()
         result = Result(done.returncode, output, events)
         if check:
-            assert done.returncode == 0, f"pulumi-stack.sh {action} {self.name}:\n{output}"
+            assert done.returncode == 0, f"make {action} STACK={self.name}:\n{output}"
         return result
 
     def preview(self, *flags: str, check: bool = True) -> Result:
@@ -265,12 +339,25 @@ class Stack:
     def destroy(self, *flags: str, check: bool = True) -> Result:
         return self.make("destroy", *flags, check=check)
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.project.run(
-            [str(self.project.toolchain.pulumi), *args, "--stack", self.name, "--non-interactive"],
-            env=self.env,
-            check=check,
+    def status(self, *flags: str) -> subprocess.CompletedProcess[str]:
+        """`make status STACK=... STATUS_ARGS=...`."""
+        return self.project.make(
+            "status", env=self.env, check=False, STACK=self.name, STATUS_ARGS=make_args(flags)
         )
+
+    def checkpoint(self, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+        """`make checkpoint STACK=... OUT=... RETRIEVE_ARGS=...`."""
+        return self.project.make(
+            "checkpoint",
+            env=self.env,
+            check=False,
+            STACK=self.name,
+            OUT=str(out),
+            RETRIEVE_ARGS=make_args(flags),
+        )
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.project.run(["pulumi", *args, "--stack", self.name], env=self.env, check=check)
 
     def config_set(self, key: str, value: str, *, secret: bool = False) -> None:
         """`pulumi config set --path pytorch-distributed:KEY VALUE`, as the README shows."""
@@ -290,62 +377,57 @@ class Stack:
         return json.loads(self.cli("stack", "output", "--json").stdout)
 
 
-@pytest.fixture(scope="session")
-def project(
-    toolchain: Toolchain, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Project:
-    """The project copied the way a user has it, its virtualenv from `pulumi install`."""
-    root = tmp_path_factory.mktemp("pulumi")
-    work_dir = root / "project"
-    work_dir.mkdir()
+def copy_checkout(work_dir: Path) -> None:
+    """The project's files a user's checkout has, with their times (make's stamps compare
+    them), and the repository's virtual environments linked in, as `make venv policy-venv`
+    left them."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
     for name in PROJECT_FILES:
         source = REPO_ROOT / name
         if source.is_dir():
             shutil.copytree(source, work_dir / name, ignore=ignore)
         else:
-            shutil.copy(source, work_dir / name)
-    (work_dir / "scripts").mkdir()
-    shutil.copy(REPO_ROOT / "scripts" / "pulumi-stack.sh", work_dir / "scripts")
-    # The module the script hands each command to (stale locks, pending operations, failures).
-    (work_dir / "tools").mkdir()
-    for name in ("__init__.py", "pulumi_run.py"):
-        shutil.copy(REPO_ROOT / "tools" / name, work_dir / "tools")
-    # The pack with the virtualenv `make policy-venv` creates; its rules and configs are copied.
-    subprocess.run(["make", "--no-print-directory", "policy-venv"], cwd=REPO_ROOT, check=True)
+            shutil.copy2(source, work_dir / name)
     shutil.copytree(
         REPO_ROOT / "policy",
         work_dir / "policy",
         ignore=shutil.ignore_patterns("venv", "__pycache__"),
     )
     (work_dir / "policy" / "venv").symlink_to(REPO_ROOT / "policy" / "venv")
+    (work_dir / ".venv").symlink_to(REPO_ROOT / ".venv")
+
+
+@pytest.fixture(scope="session")
+def project(
+    toolchain: Toolchain, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Project:
+    """The checkout copied the way a user has it, with the variables a user sets."""
+    # What `make e2e` made already: the stamps the copy's make then finds.
+    subprocess.run(
+        ["make", "--no-print-directory", "venv", "policy-venv"], cwd=REPO_ROOT, check=True
+    )
+    root = tmp_path_factory.mktemp("pulumi")
+    work_dir = root / "project"
+    work_dir.mkdir()
+    copy_checkout(work_dir)
     (root / "state").mkdir()
-    path = os.environ["PATH"]
-    if toolchain.bin_dir is not None:
-        # The language host (pulumi-language-python and its -exec shim) is found on PATH.
-        path = f"{toolchain.bin_dir}{os.pathsep}{path}"
-    else:
-        path = f"{toolchain.pulumi.parent}{os.pathsep}{path}"
-    env = {
+    # The CLI and its language host (pulumi-language-python and its -exec shim) on PATH, as the
+    # README has users add the tools' bin directory (or install the CLI).
+    cli_dir = toolchain.bin_dir or toolchain.pulumi.parent
+    variables = {
         "PULUMI_HOME": str(root / "home"),
         "PULUMI_BACKEND_URL": f"file://{root / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_SKIP_CONFIRMATIONS": "true",
-        # Enables `--event-log` (as the Automation API does): the engine's events, one JSON line
-        # each, are what the suite reads operations and summaries from.
-        "PULUMI_DEBUG_COMMANDS": "true",
         "KUBECONFIG": str(cluster.kubeconfig),
-        "PATH": path,
     }
     if toolchain.bin_dir is not None:
         # Nothing is downloaded at run time: the providers come from the files built here.
-        env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] = "true"
-    project = Project(work_dir, env, toolchain)
-    for package, version in PROVIDERS.items():
+        variables["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] = "true"
+    project = Project(work_dir, variables, f"{cli_dir}{os.pathsep}{SYSTEM_PATH}", toolchain)
+    for package, version in provider_versions().items():
         binary = toolchain.provider(package)
         if binary is not None:
             project.cli("plugin", "install", "resource", package, version, "--file", str(binary))
-    # What a user's first `pulumi up` does: the stack's virtualenv from requirements.txt.
-    project.cli("install")
     return project

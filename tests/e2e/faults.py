@@ -90,8 +90,8 @@ class Moment:
 
 @dataclass
 class Running:
-    """`scripts/pulumi-stack.sh ACTION STACK` (what `make ACTION STACK=...` runs), in the
-    background, in a session of its own."""
+    """`make ACTION STACK=... EVENT_LOG=...` in the background, in a session of its own (make is
+    its leader), as a terminal job is."""
 
     stack: Stack
     action: str
@@ -107,18 +107,9 @@ class Running:
         events_file = work_dir / f".events-{stack.name}-{stamp}.jsonl"
         output_file = work_dir / f".output-{stack.name}-{stamp}.log"
         with output_file.open("wb") as output:
-            popen = subprocess.Popen(
-                [
-                    str(work_dir / "scripts" / "pulumi-stack.sh"),
-                    action,
-                    stack.name,
-                    "--non-interactive",
-                    "--event-log",
-                    str(events_file),
-                    *flags,
-                ],
-                cwd=work_dir,
-                env={**os.environ, **stack.project.env, **stack.env},
+            popen = stack.project.popen(
+                stack.make_argv(action, *flags, events_file=events_file),
+                env=stack.env,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -165,7 +156,7 @@ class Running:
         return described
 
     def processes(self) -> list[psutil.Process]:
-        """The script's process and every descendant (the CLI, its plugins, the program)."""
+        """make and every descendant (the script, the CLI, its plugins, the program)."""
         try:
             root = psutil.Process(self.popen.pid)
             return [root, *root.children(recursive=True)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -61,7 +60,7 @@ def kube(cluster: Cluster) -> Kube:
 def stack(project: Project, kube: Kube) -> Iterator[Stack]:
     # What `make` passes the script: the project's .venv, which has psutil (a killed CLI's
     # zombie is told from a live one).
-    stack = project.stack("e2e-faults", env={"PYTHON": sys.executable})
+    stack = project.stack("e2e-faults")
     yield stack
     stack.destroy(check=False)
     from kubernetes import client
@@ -182,7 +181,7 @@ def test_a_running_command_keeps_its_lock(stack: Stack, kube: Kube, claim: Claim
         first = running.result(timeout=300)
     finally:
         stack.config_set("labels.team", "faults")
-    assert second.returncode == 1, second.output
+    assert second.status == 1, second.output
     assert any(
         f"locked by a pulumi command that is still running (pid {cli.pid}" in line
         for line in explained(second)
@@ -197,7 +196,7 @@ def test_a_running_command_keeps_its_lock(stack: Stack, kube: Kube, claim: Claim
 
 def stack_locks(stack: Stack) -> list[StackLock]:
     """The stack's locks in the suite's file backend, read as tools/pulumi_run.py reads them."""
-    backend = file_backend_dir(stack.project.env["PULUMI_BACKEND_URL"])
+    backend = file_backend_dir(stack.project.variables["PULUMI_BACKEND_URL"])
     assert backend is not None
     return stack_locks_in(stack_lock_dir(backend, PROJECT, stack.name))
 

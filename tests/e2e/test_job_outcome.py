@@ -5,7 +5,7 @@ pod that exits 143 and is recreated (c), and a labels-only change of a finished 
 promptly in every wait mode (d); `make status` reports each outcome with its exit code.
 
 kwok's fake nodes run no container: the suite ends each pod with the exit code it chooses by
-annotating it, which the Stage in tests/support/kwok/pod-exit.yaml turns into a terminated
+annotating it, which the Stage in tools/cluster/kwok/pod-exit.yaml turns into a terminated
 container, as a kubelet would report it. `pulumi up` runs in a thread meanwhile, as a user's would
 in another terminal. The tests run in file order on one stack.
 """
@@ -13,9 +13,7 @@ in another terminal. The tests run in file order on one stack.
 from __future__ import annotations
 
 import calendar
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,12 +24,11 @@ import pytest
 
 from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.settings import StackSettings
-from tests.conftest import REPO_ROOT
-from tests.e2e.conftest import Cluster, Project, Result, Stack
+from tests.e2e.conftest import Cluster, Project, Result, Stack, command_status
 
 NAMESPACE = "default"
 JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
-EXIT_CODE = "pytorch-distributed.test/exit-code"  # read by tests/support/kwok/pod-exit.yaml
+EXIT_CODE = "pytorch-distributed.test/exit-code"  # read by tools/cluster/kwok/pod-exit.yaml
 # How long the operator and kwok may take for a step (a busy 2-core machine: tens of seconds).
 STEP_TIMEOUT = 240.0
 # From the operator's Failed condition to `pulumi up`'s exit (the issue's bound).
@@ -173,28 +170,9 @@ class Up:
         return self._result
 
 
-def status_command(project: Project, stack: Stack) -> list[str]:
-    """What `make status STACK=e2e-outcome` runs, on the suite's copy of the project."""
-    return [
-        *(sys.executable, "-m", "tools.status"),
-        *("--stack", stack.name, "--stack-dir", str(project.work_dir)),
-    ]
-
-
-def status_env(project: Project) -> dict[str, str]:
-    return {**os.environ, "KUBECONFIG": project.env["KUBECONFIG"]}
-
-
-def status(project: Project, stack: Stack) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        status_command(project, stack),
-        cwd=REPO_ROOT,
-        env=status_env(project),
-        capture_output=True,
-        text=True,
-        timeout=STEP_TIMEOUT,
-        check=False,
-    )
+def status(stack: Stack) -> subprocess.CompletedProcess[str]:
+    """`make status STACK=e2e-outcome`."""
+    return stack.status()
 
 
 def epoch_seconds(timestamp: str) -> float:
@@ -226,7 +204,7 @@ def test_up_with_wait_for_succeeded_returns_when_the_job_succeeds(
     assert kube.condition("Succeeded") is not None
     assert f"PyTorchJob {NAMESPACE}/{kube.job_name} Succeeded" in result.output
 
-    done = status(project, stack)
+    done = status(stack)
     show("make status (a)", done.stdout + done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -293,9 +271,9 @@ def test_a_master_that_exits_1_fails_up_within_seconds_naming_pod_and_exit_code(
     # The job exists and is recorded as such: nothing to redo, nothing drifted.
     stack.preview("--expect-no-changes")
 
-    done = status(project, stack)
+    done = status(stack)
     show("make status (b)", done.stdout + done.stderr)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert command_status(done) == 1, done.stdout + done.stderr
     assert f"pod {master} (Master): Failed, exit code 1 (Error)" in done.stdout
 
 
@@ -320,10 +298,8 @@ def test_a_worker_stopped_by_sigterm_is_recreated_and_the_job_succeeds(
     kube.replaced(old)
     kube.running("master")
     preempted = kube.running("worker")
-    with subprocess.Popen(
-        status_command(project, stack),
-        cwd=REPO_ROOT,
-        env=status_env(project),
+    with project.popen(
+        stack.make_argv("status"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,5 +1,5 @@
 """Pods that really run: the stack's job on the control plane's real node (a kubelet with
-containerd and CoreDNS, tests/support/real_node.py) pulls the trainer image from an authenticated
+containerd and CoreDNS, tools/cluster/real_node.py) pulls the trainer image from an authenticated
 registry with the Secret the stack created, finds the master through the operator's Service,
 trains on the claim, survives a deleted worker pod and resumes after destroy and up; and
 `make checkpoint` (tools/retrieve.py) copies the verified checkpoints through a reader pod, after
@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,10 +32,18 @@ import pytest
 
 from components.manifests import READER_MANAGER, resource_names
 from components.settings import PROJECT, TRAINER_GID, TRAINER_UID, StackSettings
-from tests.conftest import REPO_ROOT, committed_epochs
+from tests.conftest import committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
-from tests.e2e.conftest import PASSWORD_KEY, REGISTRY_PASSWORD, Cluster, Project, Stack
-from tests.support.real_node import POD_SECURITY_ENFORCE, RealNode
+from tests.e2e.conftest import (
+    PASSWORD_KEY,
+    REGISTRY_PASSWORD,
+    Cluster,
+    Project,
+    Stack,
+    command_status,
+    own_lines,
+)
+from tools.cluster.real_node import POD_SECURITY_ENFORCE, RealNode
 from trainer.checkpoint import CheckpointStore
 
 # A cold node pulls the whole 5 GB image once.
@@ -220,17 +226,9 @@ def assert_least_privilege(pod: Any) -> None:
         assert container.security_context.capabilities.drop == ["ALL"]
 
 
-def inspect_checkpoints(directory: Path) -> dict[str, Any]:
-    """`python -m trainer.checkpoint DIR`, what a user runs on the claim."""
-    done = subprocess.run(
-        [sys.executable, "-m", "trainer.checkpoint", str(directory)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+def inspect_checkpoints(project: Project, directory: Path) -> dict[str, Any]:
+    """`.venv/bin/python -m trainer.checkpoint DIR`, what a user runs on the claim."""
+    done = project.run([".venv/bin/python", "-m", "trainer.checkpoint", str(directory)])
     return json.loads(done.stdout)
 
 
@@ -298,7 +296,7 @@ def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
     assert f"epoch {job.total_epochs}/{job.total_epochs}" in kube.log(master)
 
     checkpoints = kube.claim_directory(resource_names(settings).claim) / job.name
-    described = inspect_checkpoints(checkpoints)
+    described = inspect_checkpoints(stack.project, checkpoints)
     assert described["epochs_completed"] == job.total_epochs
     assert described["world_size"] == 2
     # Written by the image's non-root user, on a claim the kubelet gave to the pods' fsGroup.
@@ -341,7 +339,7 @@ def test_a_deleted_worker_pod_is_recreated_and_the_run_resumes_to_the_same_weigh
     assert second.metadata.uid != first.metadata.uid  # the operator made a new pod
     master_log = kube.log(f"{job.name}-master-0")
     assert "resuming from /checkpoints/" in master_log, master_log
-    described = inspect_checkpoints(checkpoints)
+    described = inspect_checkpoints(stack.project, checkpoints)
     assert described["epochs_completed"] == job.total_epochs
     assert described["model_sha256"] == UNINTERRUPTED["model_sha256"]
 
@@ -366,24 +364,12 @@ def test_destroy_keeps_the_claim_and_up_with_more_epochs_resumes_from_it(
     master_log = kube.log(f"{job.name}-master-0")
     resumed = [line for line in master_log.splitlines() if "resuming from" in line]
     assert resumed and f"({job.total_epochs} epochs completed)" in resumed[0], master_log
-    assert inspect_checkpoints(checkpoints)["epochs_completed"] == more
+    assert inspect_checkpoints(stack.project, checkpoints)["epochs_completed"] == more
 
 
 def retrieve(stack: Stack, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    """`make checkpoint STACK=...` for the suite's copy of the project: the same module, given
-    the directory that holds the stack file, with the project's kubeconfig."""
-    return subprocess.run(
-        [
-            *(sys.executable, "-m", "tools.retrieve", "--stack", stack.name),
-            *("--stack-dir", str(stack.project.work_dir), "--out", str(out), *flags),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, **stack.project.env},
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
+    """`make checkpoint STACK=... OUT=... RETRIEVE_ARGS=...` in the suite's checkout."""
+    return stack.checkpoint(out, *flags)
 
 
 def reader_pods(kube: Kube) -> list[str]:
@@ -392,7 +378,7 @@ def reader_pods(kube: Kube) -> list[str]:
     return [pod.metadata.name for pod in pods]
 
 
-def assert_retrieved(out: Path, claim_directory: Path) -> None:
+def assert_retrieved(project: Project, out: Path, claim_directory: Path) -> None:
     """The newest committed checkpoint, its manifest and metrics, the sha256 the manifest
     records, and every epoch in what `python -m trainer.checkpoint OUT` shows."""
     newest = CheckpointStore(claim_directory).manifest()[-1]
@@ -400,7 +386,7 @@ def assert_retrieved(out: Path, claim_directory: Path) -> None:
     assert copied.is_file(), sorted(p.name for p in out.iterdir())
     assert (out / "manifest.json").is_file() and (out / "metrics.jsonl").is_file()
     assert hashlib.sha256(copied.read_bytes()).hexdigest() == newest.sha256
-    described = inspect_checkpoints(out)
+    described = inspect_checkpoints(project, out)
     assert described["epochs_completed"] == newest.epochs_completed
     assert described["path"] == str(copied)
 
@@ -413,7 +399,7 @@ def test_make_checkpoint_copies_the_final_checkpoint_of_a_finished_job(
     done = retrieve(stack, tmp_path / "out")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "python -m trainer.plot" in done.stdout, done.stdout
-    assert_retrieved(tmp_path / "out", claim_directory)
+    assert_retrieved(stack.project, tmp_path / "out", claim_directory)
     assert reader_pods(kube) == []
 
 
@@ -425,37 +411,33 @@ def test_make_checkpoint_after_destroy_reads_the_kept_claim_with_a_named_image(
     assert kube.job(settings.job.name) is None
     # No job, no image to take from it: without --image the tool says so and creates nothing.
     refused = retrieve(stack, tmp_path / "refused")
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert refused.stderr.count("\n") == 1 and "--image" in refused.stderr, refused.stderr
+    assert command_status(refused) == 2, refused.stdout + refused.stderr
+    [line] = own_lines(refused.stderr)
+    assert "--image" in line, refused.stderr
     assert reader_pods(kube) == []
     # The trainer image, which the node holds since the job pulled it (the pull secret is gone
     # with the stack).
     done = retrieve(stack, tmp_path / "out", "--image", image)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert_retrieved(tmp_path / "out", claim_directory)
+    assert_retrieved(stack.project, tmp_path / "out", claim_directory)
     assert reader_pods(kube) == []
 
 
 def test_make_checkpoint_with_a_wrong_stack_or_a_missing_claim_creates_nothing(
     stack: Stack, kube: Kube, tmp_path: Path
 ) -> None:
-    no_stack = subprocess.run(
-        [sys.executable, "-m", "tools.retrieve", "--stack", "no-such-stack"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert no_stack.returncode == 2, no_stack.stderr
-    assert no_stack.stderr.count("\n") == 1 and "no-such-stack" in no_stack.stderr
+    no_stack = stack.project.make("checkpoint", check=False, STACK="no-such-stack")
+    assert command_status(no_stack) == 2, no_stack.stderr
+    [line] = own_lines(no_stack.stderr)
+    assert "no-such-stack" in line, no_stack.stderr
     stack.config_set("checkpoints.existingClaim", "no-such-claim")
     try:
         missing = retrieve(stack, tmp_path / "out")
     finally:
         stack.cli("config", "rm", "--path", f"{PROJECT}:checkpoints.existingClaim")
-    assert missing.returncode == 2, missing.stdout + missing.stderr
-    assert missing.stderr.count("\n") == 1 and "no-such-claim" in missing.stderr
+    assert command_status(missing) == 2, missing.stdout + missing.stderr
+    [line] = own_lines(missing.stderr)
+    assert "no-such-claim" in line, missing.stderr
     assert reader_pods(kube) == []
     assert not (tmp_path / "out").exists()
 

@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +22,20 @@ from components.job_apis.pytorchjob import (
     training_container,
 )
 from components.manifests import (
+    READER_MANAGER,
     checkpoint_claim_manifest,
     registry_secret_manifest,
     resource_names,
 )
 from components.settings import PROJECT, StackSettings
-from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
+from tests.e2e.conftest import (
+    REGISTRY_PASSWORD,
+    Cluster,
+    Project,
+    Stack,
+    command_status,
+    own_lines,
+)
 from tests.e2e.kube import NamespaceObjects
 
 NAMESPACE = "default"
@@ -183,6 +192,21 @@ def test_up_with_wait_for_running_returns_once_the_pods_run(
     for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
         pod = kube.get("pod", f"{settings.job.name}-{replica_type.lower()}-{index}")
         assert pod["status"]["phase"] in reached
+
+
+def test_make_checkpoint_where_the_node_serves_no_exec_is_one_line_and_leaves_no_pod(
+    cluster: Cluster, stack: Stack, kube: Kube, tmp_path: Path
+) -> None:
+    """kwok's nodes run no container: the reader pod reports Running, but no exec reaches it."""
+    if not cluster.fake_nodes:
+        pytest.skip("a real cluster's nodes serve exec: tests/e2e/test_real_node.py copies")
+    done = stack.checkpoint(tmp_path / "out")
+    assert command_status(done) == 2, done.stdout + done.stderr
+    [line] = own_lines(done.stderr)
+    assert line.startswith("error: cannot run python3 in reader pod "), line
+    assert "the node does not serve exec to the API server" in line, line
+    assert kube.pods_matching(f"app.kubernetes.io/managed-by={READER_MANAGER}") == []
+    assert not (tmp_path / "out").exists()
 
 
 # -- c. no changes right after up ---------------------------------------------------------------

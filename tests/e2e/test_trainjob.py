@@ -1,5 +1,5 @@
 """A TrainJob stack's whole life through the real engine, against Kubeflow Trainer v2.3.0 and
-JobSet v0.12.0 running on the control plane with their webhooks (tests/support/trainer_plane.py):
+JobSet v0.12.0 running on the control plane with their webhooks (tools/cluster/trainer_plane.py):
 preview with the policy pack, a bad value, up (the TrainJob and its TrainingRuntime as the
 builders describe them, the JobSet's pods with the environment the local runner emulates,
 `job.waitFor: running` and `make status`), no drift, no plaintext secret, replacement on a change
@@ -9,9 +9,6 @@ order on one stack."""
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,7 +21,7 @@ from components.job_apis import job_api
 from components.job_apis.trainjob import trainingruntime_manifest, trainjob_manifest
 from components.manifests import resource_names
 from components.settings import PROJECT, StackSettings
-from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
+from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack, command_status
 from tests.e2e.kube import NamespaceObjects
 from tests.e2e.test_stack_lifecycle import contains
 from tools.local_backends.pods import container_env
@@ -179,19 +176,8 @@ def test_up_waited_until_every_trainer_pod_runs_and_make_status_says_so(
     stack: Stack, settings: StackSettings, kube: Kube
 ) -> None:
     assert {pod["status"]["phase"] for pod in kube.pods(settings.job.name)} == {"Running"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            *("-m", "tools.status", "--stack", stack.name),
-            *("--stack-dir", str(stack.project.work_dir), "--no-follow"),
-        ],
-        env={**os.environ, **stack.project.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 3, done.stdout + done.stderr  # still running
+    done = stack.status("--no-follow")
+    assert command_status(done) == 3, done.stdout + done.stderr  # still running
     assert f"TrainJob {NAMESPACE}/{settings.job.name}: Running" in done.stdout, done.stdout
     assert f"{settings.job.name}-node-0-0-" in done.stdout  # the pods, with their suffixes
 

@@ -24,8 +24,17 @@ def load(name: str) -> dict[str, Any]:
     return yaml.safe_load((WORKFLOWS / name).read_text())
 
 
+# The one-machine cluster's stack runs where `make cluster` runs, never on a team's cluster: a
+# pull request has nothing to preview it against (the real-engine suite brings up that cluster).
+CLUSTER_STACK = "local"
+
+
 def stacks() -> list[str]:
     return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in stack_files())
+
+
+def team_stacks() -> list[str]:
+    return [stack for stack in stacks() if stack != CLUSTER_STACK]
 
 
 def stack_files() -> list[Path]:
@@ -49,7 +58,7 @@ def test_pull_requests_preview_every_stack_with_the_policy_pack() -> None:
     workflow = load("pull-request.yml")
     preview = workflow["jobs"]["preview"]
     assert preview["needs"] == "test"
-    assert sorted(preview["strategy"]["matrix"]["stack"]) == stacks()
+    assert sorted(preview["strategy"]["matrix"]["stack"]) == team_stacks()
     [step] = pulumi_steps(preview)
     assert step["with"]["command"] == "preview"
     assert step["with"]["diff"] is True

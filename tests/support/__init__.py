@@ -1,4 +1,2 @@
-"""Test infrastructure, not part of what a user runs: the e2e control plane
-(`python -m tests.support.control_plane --workdir DIR`), its real node, the node's network
-namespaces and egress proxy, Kubeflow Trainer v2 on the plane, kwok's stages, and the local
-registry script the image tests and the real node push to."""
+"""What the real-engine suite adds to pytest: each module's seconds for .ci/run's timing table.
+Its control plane, real node and registry are the one-machine cluster's (tools/cluster/)."""

@@ -15,11 +15,14 @@ import pytest
 from tools.pulumi_run import (
     Failure,
     LockState,
+    Options,
     StackLock,
+    engine_answers,
     event_log_path,
     explain,
     file_backend_dir,
     lock_state,
+    parse,
     pending_operations,
     process_exists,
     stack_lock_dir,
@@ -193,3 +196,42 @@ def test_a_failure_of_no_known_kind_adds_no_line() -> None:
     violation = Failure("checkpoint-claim-protection: mandatory policy violated", "")
     assert explain("up", "dev", 255, [violation]) is None
     assert explain("up", "dev", 255, []) is None
+
+
+def test_the_options_before_the_cli_argv() -> None:
+    argv = ["pulumi", "up", "--stack", "dev"]
+    assert parse(["up", "dev", "--", *argv]) == Options("up", "dev", argv)
+    assert parse(
+        ["up", "dev", "--event-log", "/e.jsonl", "--registry-password-file", "/p", "--", *argv]
+    ) == Options("up", "dev", argv, Path("/e.jsonl"), Path("/p"))
+    # The CLI's own flags after `--` are its own, whatever they look like.
+    assert parse(["preview", "dev", "--", "pulumi", "--event-log", "x"]) == Options(
+        "preview", "dev", ["pulumi", "--event-log", "x"]
+    )
+    for wrong in (
+        ["up", "dev", "pulumi"],
+        ["deploy", "dev", "--", "pulumi"],
+        ["up", "dev", "--event-log", "--", "pulumi"],
+        ["up", "dev", "--yes", "x", "--", "pulumi"],
+        ["up", "dev", "--"],
+    ):
+        assert parse(wrong) is None, wrong
+
+
+def test_an_engine_answers_only_where_one_listens(tmp_path: Path) -> None:
+    import socketserver
+    import threading
+
+    class Ping(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.rfile.readline()
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n\r\nOK")
+
+    sock = tmp_path / "engine.sock"
+    with socketserver.UnixStreamServer(str(sock), Ping) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        assert engine_answers(f"unix://{sock}")
+        server.shutdown()
+    assert not engine_answers(f"unix://{tmp_path / 'none.sock'}")
+    assert not engine_answers("tcp://127.0.0.1:1")
+    assert engine_answers("ssh://user@builder")  # not checked here: taken on trust

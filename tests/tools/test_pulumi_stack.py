@@ -15,8 +15,10 @@ import os
 import re
 import shutil
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +32,10 @@ FAKE_PULUMI = f"""#!{sys.executable}
 # Stand-in for the Pulumi CLI: records each call; `whoami` fails (not logged in); `stack export`
 # prints $PULUMI_EXPORT; `import --file` records the file; the command named by $PULUMI_FAIL
 # writes $PULUMI_FAIL_EVENT to its --event-log and fails (only the first time, if
-# $PULUMI_FAIL_ONCE names a file it may create to remember). Like pulumi 3.260, it knows no
+# $PULUMI_FAIL_ONCE names a file it may create to remember); `config set` stores the value it
+# reads from stdin in $PULUMI_CONFIG_STORE, `config get` prints it. Like pulumi 3.260, it knows no
 # --event-log flag unless PULUMI_DEBUG_COMMANDS is true.
-import os, sys
+import json, os, sys
 args = sys.argv[1:]
 if "--event-log" in args and os.environ.get("PULUMI_DEBUG_COMMANDS") != "true":
     print("error: unknown flag: --event-log", file=sys.stderr)
@@ -41,6 +44,15 @@ with open(os.environ["PULUMI_CALLS"], "a") as calls:
     calls.write(" ".join(args) + " | backend=" + os.environ.get("PULUMI_BACKEND_URL", "") + "\\n")
 if args[0] == "whoami":
     sys.exit(1)
+store = os.environ.get("PULUMI_CONFIG_STORE", "/nonexistent")
+config = json.load(open(store)) if os.path.exists(store) else {{}}
+if args[:2] == ["config", "get"]:
+    if args[-1] not in config:
+        sys.exit(1)
+    print(config[args[-1]])
+if args[:2] == ["config", "set"]:
+    config[args[-1]] = sys.stdin.read().strip()
+    json.dump(config, open(store, "w"))
 if args[:2] == ["stack", "export"]:
     export = os.environ.get("PULUMI_EXPORT")
     print(open(export).read() if export else '{{"version": 3, "deployment": {{}}}}')
@@ -76,8 +88,28 @@ def calls_of(calls: Path) -> list[str]:
     return [EVENT_LOG.sub("--event-log LOG", line) for line in calls.read_text().splitlines()]
 
 
+class PingHandler(socketserver.StreamRequestHandler):
+    """What a Docker Engine API answers to `GET /_ping`."""
+
+    def handle(self) -> None:
+        self.rfile.readline()
+        self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+
+
 @pytest.fixture
-def fake_pulumi(tmp_path: Path) -> tuple[dict[str, str], Path]:
+def engine(tmp_path: Path) -> Iterator[str]:
+    """A stand-in Docker engine: a unix socket that answers /_ping; its DOCKER_HOST."""
+    sock = tmp_path / "engine.sock"
+    server = socketserver.UnixStreamServer(str(sock), PingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"unix://{sock}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path: Path, engine: str) -> tuple[dict[str, str], Path]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stub = bin_dir / "pulumi"
@@ -91,6 +123,9 @@ def fake_pulumi(tmp_path: Path) -> tuple[dict[str, str], Path]:
         "HOME": str(tmp_path),
         # What `make` passes: the project's .venv.
         "PYTHON": sys.executable,
+        # The dev stack builds its image: an engine must answer.
+        "DOCKER_HOST": engine,
+        "PULUMI_CONFIG_STORE": str(tmp_path / "config.json"),
     }
     return env, calls
 
@@ -501,3 +536,132 @@ def test_a_push_cut_off_by_a_registry_that_is_gone_is_not_retried(
         "pushed: what was done is recorded in the state; once it answers, `make up STACK=dev` "
         "pushes again and goes on"
     ]
+
+
+def test_a_failed_up_without_a_docker_engine_names_make_cluster_and_docker_host(
+    fake_pulumi: tuple[dict[str, str], Path],
+) -> None:
+    """What the Docker provider says when it cannot connect (pulumi-docker 4.11's words)."""
+    env, _ = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["PULUMI_FAIL"] = "destroy"
+    env["PULUMI_FAIL_EVENT"] = json.dumps(
+        {
+            "sequence": 3,
+            "timestamp": 1796324387,
+            "diagnosticEvent": {
+                "urn": "urn:pulumi:dev::pytorch-distributed::pulumi:providers:docker::docker",
+                "message": "failed to connect to any docker daemon\n",
+                "color": "never",
+                "severity": "error",
+            },
+        }
+    )
+
+    result = run(["destroy", "dev"], env)
+
+    [line] = notes(result)
+    assert "stack dev builds its image (image.build: true) and no Docker-compatible engine" in line
+    assert "`make cluster`" in line and "DOCKER_HOST" in line
+
+
+# -- what make passes: the event log, the cluster's registry password; policy defaults -----------
+
+
+def test_event_log_from_make_reaches_the_cli_as_its_flag(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["EVENT_LOG"] = str(tmp_path / "events.jsonl")
+
+    result = run(["up", "dev", "--yes"], env)
+
+    assert result.returncode == 0, result.stderr
+    assert calls_of(calls)[-1].split(" | ")[0] == (
+        "up --stack dev --diff --policy-pack policy --policy-pack-config policy/config/dev.json "
+        f"--yes --event-log {tmp_path / 'events.jsonl'}"
+    )
+
+
+def test_without_a_docker_engine_a_building_stack_stops_in_one_line_before_anything_runs(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    env["DOCKER_HOST"] = f"unix://{tmp_path / 'no-engine.sock'}"
+
+    for action in ("preview", "up"):
+        result = run([action, "dev"], env)
+
+        assert result.returncode == 2, result.stderr
+        assert notes(result) == [
+            "pulumi-stack.sh: stack dev builds its image (image.build: true) and no "
+            f"Docker-compatible engine answers at unix://{tmp_path / 'no-engine.sock'}: start "
+            "Docker Engine, or set DOCKER_HOST to one (`make cluster` serves podman's at "
+            "unix://<clone>/.cluster/podman.sock; `make up STACK=local` uses it)"
+        ]
+        assert "Traceback" not in result.stderr
+    assert [call.split(" | ")[0] for call in calls_of(calls)] == ["stack select --create dev"] * 2
+
+
+def test_the_clusters_registry_password_becomes_the_stacks_secret_once(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    password = tmp_path / "registry-password"
+    password.write_text("cluster-pa55word-9d1e\n")
+    env["CLUSTER_REGISTRY_PASSWORD_FILE"] = str(password)
+
+    first = run(["preview", "prod"], env)
+    second = run(["preview", "prod"], env)
+
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert notes(first) == [
+        f"pulumi-stack.sh: stack prod: secret pytorch-distributed:registryPassword set from "
+        f"{password}"
+    ]
+    assert notes(second) == []
+    made = [call.split(" | ")[0] for call in calls_of(calls)]
+    key = "pytorch-distributed:registryPassword"
+    assert made.count(f"config set --stack prod --secret {key}") == 1
+    assert made.count(f"config get --stack prod {key}") == 2
+    assert "cluster-pa55word" not in calls.read_text()  # never on a command line
+    assert json.loads(Path(env["PULUMI_CONFIG_STORE"]).read_text()) == {
+        key: "cluster-pa55word-9d1e"
+    }
+
+
+def test_a_stack_without_policy_config_runs_the_pack_with_its_defaults_and_says_so(
+    tmp_path: Path, fake_pulumi: tuple[dict[str, str], Path]
+) -> None:
+    """A checkout with a stack of its own (the script works in the directory it lives in)."""
+    env, calls = fake_pulumi
+    env["PULUMI_BACKEND_URL"] = "s3://team-bucket/pulumi"
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "tools").mkdir()
+    shutil.copy(SCRIPT, checkout / "scripts")
+    for name in ("__init__.py", "pulumi_run.py"):
+        shutil.copy(REPO_ROOT / "tools" / name, checkout / "tools")
+    shutil.copy(REPO_ROOT / "Pulumi.yaml", checkout)
+    shutil.copy(REPO_ROOT / "Pulumi.prod.yaml", checkout / "Pulumi.team.yaml")
+
+    result = subprocess.run(
+        [str(checkout / "scripts" / "pulumi-stack.sh"), "preview", "team"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert notes(result) == [
+        "pulumi-stack.sh: stack team has no policy/config/team.json: the policy pack runs with "
+        'its defaults (no opt-outs: README.md, "The rules")'
+    ]
+    assert calls_of(calls)[-1].split(" | ")[0] == (
+        "preview --stack team --diff --policy-pack policy --event-log LOG"
+    )

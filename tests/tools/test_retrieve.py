@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.settings import TRAINER_GID, TRAINER_UID, parse_settings
@@ -221,4 +222,108 @@ def test_a_reader_pod_the_namespace_refuses_is_one_line_with_the_api_servers_rea
     assert str(raised.value) == (
         f'the API server refused reader pod {pod.name}: pods "{pod.name}" is forbidden: '
         'violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    )
+
+
+UNREACHABLE_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:1"}}],
+    "users": [{"name": "me", "user": {"token": "t"}}],
+    "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "me"}}],
+    "current-context": "gone",
+}
+
+
+def retrieve_dev(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.retrieve", "--stack", "dev", "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_no_kubeconfig_is_one_line_naming_kubeconfig_and_make_cluster(tmp_path: Path) -> None:
+    done = retrieve_dev(tmp_path, {})
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: no kubeconfig at ~/.kube/config: set KUBECONFIG to your cluster's (for "
+        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(UNREACHABLE_KUBECONFIG))
+    done = retrieve_dev(tmp_path, {"KUBECONFIG": str(kubeconfig)})
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: the Kubernetes API server https://127.0.0.1:1 (kubeconfig {kubeconfig}) cannot "
+        "be reached: connection refused; is the cluster up, and KUBECONFIG its kubeconfig? (for "
+        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_node_that_cannot_serve_exec_is_one_line(tmp_path: Path) -> None:
+    """The reader pod runs, but its node cannot give the API server an exec session (kwok's
+    fake nodes run no container; here nothing answers at all)."""
+    from kubernetes.client import ApiClient, Configuration
+
+    configuration = Configuration()
+    configuration.host = "https://127.0.0.1:1"
+    cluster = SimpleNamespace(api=ApiClient(configuration), namespace="default")
+    reader = Reader(image=IMAGE, pull_secret=None, node=None, trainer_image=True)
+    pod = ReaderPod(cluster, SETTINGS, reader)  # type: ignore[arg-type]
+    pod.node = "kwok-node-0"
+    with pytest.raises(RetrieveError) as raised:
+        pod.run(["ls", "/checkpoints"])
+    assert raised.value.exit_code == 2
+    message = str(raised.value)
+    assert message.startswith(f"cannot run ls in reader pod {pod.name} on node kwok-node-0 (")
+    assert message.endswith(
+        "): the node does not serve exec to the API server; on a cluster whose nodes do, "
+        "`make checkpoint` works as it is"
+    )
+    assert "\n" not in message
+
+
+class FinishedExec:
+    """A closed exec session whose error channel holds the API server's Status."""
+
+    def __init__(self, status: dict[str, Any] | None) -> None:
+        self.status = status
+
+    def read_channel(self, channel: int) -> str:
+        return "" if self.status is None else json.dumps(self.status)
+
+
+def test_the_exit_code_of_an_exec_or_the_node_that_never_ran_it() -> None:
+    reader = Reader(image=IMAGE, pull_secret=None, node="kwok-node-1", trainer_image=True)
+    pod = ReaderPod(SimpleNamespace(), SETTINGS, reader)  # type: ignore[arg-type]
+    assert pod._exit_code(FinishedExec({"status": "Success"}), "ls") == 0
+    exited = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "2"}]},
+    }
+    assert pod._exit_code(FinishedExec(exited), "ls") == 2
+    # What the API server writes when the kubelet (here kwok's node) cannot run it at all.
+    never_ran = {
+        "status": "Failure",
+        "message": 'error sending request: Post "https://127.0.0.1:53177/exec/default/'
+        'run-a-checkpoint-reader-1f32a4/reader?command=ls": EOF',
+    }
+    with pytest.raises(RetrieveError) as raised:
+        pod._exit_code(FinishedExec(never_ran), "ls")
+    assert raised.value.exit_code == 2
+    assert str(raised.value) == (
+        f"cannot run ls in reader pod {pod.name} on node kwok-node-1 (error sending request: "
+        "Post: EOF): the node does not serve exec to the API server; on a cluster whose nodes "
+        "do, `make checkpoint` works as it is"
     )

@@ -65,3 +65,39 @@ def test_exit_code_is_the_outcome() -> None:
     assert outcome_code(job_state(with_condition("Succeeded"), [])) == 0
     assert outcome_code(job_state(with_condition("Failed"), [])) == 1
     assert outcome_code(job_state(with_condition("Running"), [])) == RUNNING
+
+
+def test_no_kubeconfig_is_one_line_naming_kubeconfig_and_make_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    assert main(["--stack", "dev"], out=io.StringIO()) == NOT_FOUND
+    assert capsys.readouterr().err == (
+        f"error: no kubeconfig at {tmp_path / 'none'}: set KUBECONFIG to your cluster's (for "
+        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+    )
+
+
+def test_an_unreachable_api_server_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "me", "user": {"token": "t"}}],
+                "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "me"}}],
+                "current-context": "gone",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert main(["--stack", "dev"], out=io.StringIO()) == NOT_FOUND
+    assert capsys.readouterr().err == (
+        f"error: the Kubernetes API server https://127.0.0.1:1 (kubeconfig {kubeconfig}) cannot "
+        "be reached: connection refused; is the cluster up, and KUBECONFIG its kubeconfig? (for "
+        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+    )

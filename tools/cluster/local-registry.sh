@@ -2,8 +2,8 @@
 # A plain-HTTP OCI registry on loopback (Debian's docker-registry, the CNCF distribution
 # registry), for pushing the training image without a cloud registry.
 #
-#   tests/support/local-registry.sh start DIR [PORT] [--user NAME]   # default port 5000
-#   tests/support/local-registry.sh stop DIR
+#   tools/cluster/local-registry.sh start DIR [PORT] [--user NAME]   # default port 5000
+#   tools/cluster/local-registry.sh stop DIR
 #
 # `start` prints 127.0.0.1:PORT once the registry answers. DIR holds the registry's config,
 # storage, log and pid file. It listens on 127.0.0.1 only. With `--user NAME` it requires

@@ -1,4 +1,4 @@
-"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tests/support/control_plane.py), with
+"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tools/cluster/control_plane.py), with
 their admission webhooks served for real.
 
 What their manifests install in a cluster, done on loopback: the CRDs (TrainJob, TrainingRuntime,
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.support.processes import http_ok
+from tools.cluster.processes import http_ok
 from tools.ports import free_port
 
 if TYPE_CHECKING:
-    from tests.support.control_plane import ControlPlane
+    from tools.cluster.control_plane import ControlPlane
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"

@@ -1,24 +1,21 @@
-"""A real Kubernetes control plane on loopback, for the real-engine e2e suite.
+"""A real Kubernetes control plane on loopback: the one-machine cluster's (`make cluster`,
+tools/cluster/service.py) and the real-engine e2e suite's (tests/e2e/conftest.py).
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator,
-Kubeflow Trainer v2 and JobSet (tests/support/trainer_plane.py) and kwok (fake nodes: pods get
-scheduled and reach Running without a kubelet or containers) run as plain processes from the
-binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
-genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real admission (Trainer's and
-JobSet's webhooks included), server-side apply, garbage collection, PV binding, the Job
-controller and the operators' reconciliation. The API server reaches nodes and pods only through
-an egress proxy (tests/support/node_network.py), and `ControlPlane.real_node()` adds a node whose
-pods really run (tests/support/real_node.py).
+Kubeflow Trainer v2 and JobSet (tools/cluster/trainer_plane.py) and, for the suite, kwok (fake
+nodes: pods get scheduled and reach Running without a kubelet or containers) run as plain
+processes from the binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi
+talks to is therefore a genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real
+admission (Trainer's and JobSet's webhooks included), server-side apply, garbage collection, PV
+binding, the Job controller and the operators' reconciliation. The API server reaches nodes and
+pods only through an egress proxy (tools/cluster/node_network.py), and `ControlPlane.real_node()`
+adds a node whose pods really run (tools/cluster/real_node.py).
 
-    # start, print the kubeconfig, wait for ^C
-    python -m tests.support.control_plane --workdir /tmp/cp
-
-The e2e suite uses `ControlPlane` as a context manager (tests/e2e/conftest.py).
+Use it as a context manager: `with ControlPlane(bin_dir, workdir) as cp:`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import secrets
@@ -35,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
-from tests.conftest import REPO_ROOT
-from tests.support.node_network import NODE_NETWORK, NodeNamespaces
-from tests.support.processes import (
+from components.settings import REPO_ROOT
+from tools.cluster.node_network import NODE_NETWORK, NodeNamespaces
+from tools.cluster.processes import (
     STARTUP_TIMEOUT,
     ControlPlaneError,
     PlaneProcess,
@@ -46,15 +43,15 @@ from tests.support.processes import (
     terminate,
     wait_for,
 )
-from tests.support.trainer_plane import start_trainer
+from tools.cluster.trainer_plane import start_trainer
 from tools.ports import free_port
 
 if TYPE_CHECKING:
-    from tests.support.real_node import RealNode
+    from tools.cluster.real_node import RealNode
 
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
-STORAGE_CLASS = "e2e-local"
+STORAGE_CLASS = "local-hostpath"
 WEBHOOK_SECRET = "training-operator-webhook-cert"
 # Where the operator's certificate rotator expects the Secret mounted (pkg/cert in v1.9, fixed).
 WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
@@ -63,10 +60,13 @@ WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 # operator still rewrites its files, never read each other's certificates.
 PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
 
+# The kubeconfig's context (and cluster) name; Pulumi.local.yaml's `kubeContext`.
+CONTEXT = "pytorch-distributed-local"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # The project's own kwok stages, played beside kwok's "fast" ones
-# (tests/support/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).
+# (tools/cluster/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).
 PROJECT_STAGES = Path(__file__).resolve().parent / "kwok"
+# The suite's fake nodes; the one-machine cluster has none (its pods run on the real node).
 NODE_COUNT = 2
 # Enough for the prod stack's pods (4 CPUs, 16Gi and 1 GPU each) on every fake node.
 NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
@@ -76,7 +76,7 @@ NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu"
 # out"). Every stack of the suite, and each `up` after a destroy that deleted its claim, takes
 # one: the 6 there once were ran out in the last module.
 PERSISTENT_VOLUMES = 40
-# Where a real node (tests/support/real_node.py) keeps its state, logs and namespaces, under the
+# Where a real node (tools/cluster/real_node.py) keeps its state, logs and namespaces, under the
 # workdir.
 REAL_NODE_DIR = "real-node"
 
@@ -102,6 +102,7 @@ class ControlPlane:
 
     bin_dir: Path
     workdir: Path
+    fake_nodes: int = NODE_COUNT
     kubeconfig: Path = field(init=False)
     volumes_dir: Path = field(init=False)
     server: str = field(init=False)
@@ -147,8 +148,9 @@ class ControlPlane:
         self._prepare_operator_namespace()
         self._start_operator()
         start_trainer(self)
-        self._start_kwok()
-        self._create_nodes()
+        if self.fake_nodes:
+            self._start_kwok()
+            self._create_nodes()
         self._create_storage()
 
     def stop(self) -> None:
@@ -304,7 +306,7 @@ class ControlPlane:
 
     @property
     def egress_socket(self) -> Path:
-        """The API server's way to nodes and pods (tests/support/node_network.py's egress proxy)."""
+        """The API server's way to nodes and pods (tools/cluster/node_network.py's egress proxy)."""
         return self.workdir / "egress.sock"
 
     def _start_egress_proxy(self) -> None:
@@ -316,7 +318,7 @@ class ControlPlane:
                 f"--netns={NodeNamespaces(self.real_node_dir / 'ns').net}",
                 f"--node-network={NODE_NETWORK}",
             ],
-            command=[sys.executable, "-m", "tests.support.node_network", "egress-proxy"],
+            command=[sys.executable, "-m", "tools.cluster.node_network", "egress-proxy"],
             env={"PYTHONPATH": str(REPO_ROOT)},
         )
         self._wait(process, "its socket", sock.exists)
@@ -340,15 +342,36 @@ class ControlPlane:
         return path
 
     @contextlib.contextmanager
-    def real_node(self, *, registry_user: str, registry_password: str) -> Iterator[RealNode]:
-        """A node with a kubelet, containerd and cluster DNS beside kwok's
-        (tests/support/real_node.py), and the authenticated registry it pulls from; stopped on exit
-        (or with the plane)."""
-        from tests.support.real_node import RealNode
+    def real_node(
+        self,
+        *,
+        registry_user: str,
+        registry_password: str,
+        registry_port: int | None = None,
+        exclusive: bool = True,
+        cgroup: str | None = None,
+        registry_dir: Path | None = None,
+    ) -> Iterator[RealNode]:
+        """A node with a kubelet, containerd and cluster DNS (tools/cluster/real_node.py), and the
+        authenticated registry it pulls from (on `registry_port`, else a free one); stopped on
+        exit (or with the plane). `exclusive`: only pods of its own namespace land there (the
+        suite's kwok scenarios stay on the fake nodes); otherwise every pod does. `cgroup`: the
+        name of its cgroup root (default: a random one); `registry_dir`: where the registry keeps
+        its images, kept after the node stops (default: the node's own, removed with it)."""
+        from tools.cluster.real_node import RealNode
 
         if self._real_node is not None:
             raise ControlPlaneError("this control plane already has a real node")
-        node = RealNode(self, self.real_node_dir, registry_user, registry_password)
+        node = RealNode(
+            self,
+            self.real_node_dir,
+            registry_user,
+            registry_password,
+            registry_port=registry_port,
+            exclusive=exclusive,
+            cgroup=cgroup,
+            registry_dir=registry_dir,
+        )
         self._real_node = node
         try:
             node.start()
@@ -363,7 +386,7 @@ class ControlPlane:
             "kind": "Config",
             "clusters": [
                 {
-                    "name": "e2e",
+                    "name": CONTEXT,
                     "cluster": {
                         "server": self.server,
                         "certificate-authority": str(self.workdir / "pki" / "apiserver.crt"),
@@ -371,8 +394,8 @@ class ControlPlane:
                 }
             ],
             "users": [{"name": "admin", "user": {"token": token}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
-            "current-context": "e2e",
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": "admin"}}],
+            "current-context": CONTEXT,
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
@@ -529,7 +552,7 @@ class ControlPlane:
         from kubernetes import client
 
         core = client.CoreV1Api(self.api())
-        for index in range(NODE_COUNT):
+        for index in range(self.fake_nodes):
             name = f"kwok-node-{index}"
             core.create_node(
                 {
@@ -553,7 +576,7 @@ class ControlPlane:
         create_hostpath_storage(self.api(), self.volumes_dir)
 
     def volume_path(self, pv_name: str) -> Path:
-        return self.volumes_dir / pv_name.removeprefix("e2e-")
+        return self.volumes_dir / pv_name.removeprefix("local-")
 
     @staticmethod
     def _poll(what: str, ready: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
@@ -596,7 +619,7 @@ def create_hostpath_storage(api: Any, directory: Path, *, on_this_machine: bool 
             path.mkdir(parents=True, exist_ok=True)
         core.create_persistent_volume(
             {
-                "metadata": {"name": f"e2e-pv-{index}"},
+                "metadata": {"name": f"local-pv-{index}"},
                 "spec": {
                     "capacity": {"storage": "20Ti"},
                     "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
@@ -610,74 +633,3 @@ def create_hostpath_storage(api: Any, directory: Path, *, on_this_machine: bool 
                 },
             }
         )
-
-
-@contextlib.contextmanager
-def running(workdir: Path, bin_dir: Path | None = None) -> Iterator[ControlPlane]:
-    with ControlPlane(bin_dir or build_tools(), workdir) as plane:
-        yield plane
-
-
-REAL_NODE_USER = "e2e-robot"
-
-
-def _registry_password(workdir: Path) -> str:
-    """LOCAL_REGISTRY_PASSWORD, else a new one in WORKDIR/registry-password (mode 0600)."""
-    password = os.environ.get("LOCAL_REGISTRY_PASSWORD")
-    if password:
-        return password
-    path = workdir / "registry-password"
-    workdir.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
-        file.write(secrets.token_urlsafe(16))
-    return path.read_text()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.support.control_plane", description=__doc__
-    )
-    parser.add_argument("--workdir", type=Path, required=True, help="state, logs, kubeconfig")
-    parser.add_argument(
-        "--real-node",
-        action="store_true",
-        help="also start a real node (kubelet, containerd, CoreDNS; as root) and the registry it "
-        "pulls from, user e2e-robot with LOCAL_REGISTRY_PASSWORD (or WORKDIR/registry-password)",
-    )
-    args = parser.parse_args(argv)
-
-    # Both stop it through the teardown below: a shell starts a background job (`... &`) with
-    # SIGINT ignored, and Python's default for SIGTERM dies without tearing down, leaving etcd,
-    # the API server and the rest running. The first signal starts the teardown, which further
-    # ones must not cut short; it may arrive at any moment, also before the pause.
-    def stop(_signum: int, _frame: object) -> None:
-        for stop_signal in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(stop_signal, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, stop)
-    with (
-        contextlib.suppress(KeyboardInterrupt),
-        running(args.workdir) as plane,
-        contextlib.ExitStack() as extras,
-    ):
-        if args.real_node:
-            node = extras.enter_context(
-                plane.real_node(
-                    registry_user=REAL_NODE_USER,
-                    registry_password=_registry_password(args.workdir),
-                )
-            )
-            print(
-                f"real node {node.name} up: pods of namespace {node.namespace} run there; "
-                f"registry {node.registry.address} (user {REAL_NODE_USER})",
-                flush=True,
-            )
-        print(f"control plane up: export KUBECONFIG={plane.kubeconfig}", flush=True)
-        signal.pause()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,15 @@
-"""A real node beside kwok's: a kubelet with containerd runs pods, pulling from an authenticated
-loopback registry, on a pod network of its own with cluster DNS.
+"""A real node: a kubelet with containerd runs pods, pulling from an authenticated loopback
+registry, on a pod network of its own with cluster DNS.
 
-kwok's nodes make pods "Running" without a container; the pod-level scenarios (image pull with
-the stack's Secret, the master found through its Service, checkpoints on the claim, restarts)
-need the real thing. `ControlPlane.real_node()` starts, and always tears down:
+The one-machine cluster (`make cluster`) runs every pod here. In the e2e suite it sits beside
+kwok's nodes, which make pods "Running" without a container, for the pod-level scenarios (image
+pull with the stack's Secret, the master found through its Service, checkpoints on the claim,
+restarts) that need the real thing; there it is `exclusive`: only its own namespace's pods land
+on it. `ControlPlane.real_node()` starts, and always tears down:
 
-- the registry: tests/support/local-registry.sh with htpasswd authentication, on this machine's
+- the registry: tools/cluster/local-registry.sh with htpasswd authentication, on this machine's
   loopback;
-- the node's namespaces (tests/support/node_network.py: NodeNamespaces): a network namespace
+- the node's namespaces (tools/cluster/node_network.py: NodeNamespaces): a network namespace
   holding the pods' bridge and every pod address, and a private mount namespace in which fresh
   tmpfs cover the fixed paths kubelet, containerd and the CNI plugins write to (/run, /var/lib,
   /var/log), and the kernel settings the kubelet insists on are files of its own: nothing of the
@@ -19,20 +21,22 @@ need the real thing. `ControlPlane.real_node()` starts, and always tears down:
   builds imported: the sandbox ("pause") image and the image of the training operator's init
   container (the plane's operator is told to use it instead of Docker Hub's alpine);
 - the kubelet (cgroupfs driver under a cgroup root of its own, swap check off), registered as
-  node `real-node`, labelled and tainted so that only pods of namespace `real-node` land there
-  (that namespace's annotations give its pods the node selector and the toleration);
+  node `real-node`; when exclusive, labelled and tainted so that only pods of namespace
+  `real-node` land there (that namespace's annotations give its pods the node selector and the
+  toleration);
 - CoreDNS with its kubernetes plugin at the node's address, the kubelet's cluster DNS, so the
   operator's headless per-replica Services (`<job>-master-0`) resolve; a second
   kube-controller-manager runs the EndpointSlice controller those records come from (kept off
   the plane's own, where kwok's loopback pod addresses would be refused);
-- a StorageClass `e2e-real-node` with `local` volumes of its own on the node (the kubelet gives
-  a local volume to a pod's fsGroup, as it does a block volume's);
-- the namespace enforces Pod Security "restricted" (the API server's PodSecurity admission),
-  as many training namespaces do.
+- a StorageClass `real-node` with `local` volumes of its own on the node (the kubelet gives a
+  local volume to a pod's fsGroup, as it does a block volume's, so the non-root trainer can write
+  its claim); the cluster's default StorageClass when the node is all there is (`make cluster`);
+- when exclusive, the namespace `real-node` whose pods alone land there, which enforces Pod
+  Security "restricted" (the API server's PodSecurity admission), as many training namespaces do.
 
 Network: this machine's namespace gains nothing but loopback listeners. The node's processes
 and pods live in the node's namespace, which has no route beyond its bridge; the API server
-reaches the kubelet only through its egress proxy (tests/support/node_network.py).
+reaches the kubelet only through its egress proxy (tools/cluster/node_network.py).
 """
 
 from __future__ import annotations
@@ -48,14 +52,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 import yaml
 
-from tests.conftest import REPO_ROOT
-from tests.support.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
-from tests.support.processes import (
+from components.settings import REPO_ROOT
+from tools.cluster.control_plane import CONTEXT, ControlPlane
+from tools.cluster.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
+from tools.cluster.processes import (
     ControlPlaneError,
     PlaneProcess,
     http_ok,
@@ -65,14 +70,11 @@ from tests.support.processes import (
 )
 from tools.ports import free_port
 
-if TYPE_CHECKING:
-    from tests.support.control_plane import ControlPlane
-
 NODE_NAME = "real-node"
 NAMESPACE = "real-node"
 NODE_LABEL = ("pytorch-distributed.e2e/node", "real")
 NODE_TAINT = {"key": "pytorch-distributed.e2e/real-node", "value": "true", "effect": "NoSchedule"}
-STORAGE_CLASS = "e2e-real-node"
+STORAGE_CLASS = "real-node"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 PERSISTENT_VOLUMES = 4
 CLUSTER_DOMAIN = "cluster.local"
@@ -122,12 +124,23 @@ class RealNode:
         directory: Path,
         registry_user: str,
         registry_password: str,
+        *,
+        registry_port: int | None = None,
+        exclusive: bool = True,
+        cgroup: str | None = None,
+        registry_dir: Path | None = None,
     ) -> None:
         self.plane = plane
         self.directory = directory
+        self.exclusive = exclusive
+        # A registry directory of the caller's keeps its images after stop (the one-machine
+        # cluster's outlives each cluster); the node's own is removed with the node's state.
+        self.registry_dir = registry_dir or directory / "registry"
+        self._own_registry = registry_dir is None
         self.namespaces = NodeNamespaces(directory / "ns")
-        self.registry = NodeRegistry(f"127.0.0.1:{free_port()}", registry_user, registry_password)
-        self.cgroup = f"pytorch-distributed-e2e-{secrets.token_hex(4)}"
+        port = registry_port or free_port()
+        self.registry = NodeRegistry(f"127.0.0.1:{port}", registry_user, registry_password)
+        self.cgroup = cgroup or f"pytorch-distributed-e2e-{secrets.token_hex(4)}"
         self.socket = directory / "containerd.sock"
         self._tag = secrets.token_hex(8)
         self._processes: list[PlaneProcess] = []
@@ -136,7 +149,9 @@ class RealNode:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        _require_root_and_cgroup_v1()
+        problem = unsupported()
+        if problem is not None:
+            raise ControlPlaneError(f"a real node needs {problem}")
         if self.directory.exists():
             # A node stopped before leaves its logs and configs: a new one starts afresh.
             if os.path.ismount(self.namespaces.directory):
@@ -152,7 +167,9 @@ class RealNode:
         self._create_cgroup_root()
         self._start_relay()
         self._start_containerd()
-        self._prepare_api_objects()
+        if self.exclusive:
+            self._create_namespace()
+        self._create_volumes()
         self._start_endpointslice_controller()
         self._start_kubelet()
         self._start_coredns()
@@ -172,7 +189,7 @@ class RealNode:
         self.namespaces.destroy()
         self._remove_cgroup_root()
         subprocess.run(
-            [str(REGISTRY_SCRIPT), "stop", str(self.directory / "registry")],
+            [str(REGISTRY_SCRIPT), "stop", str(self.registry_dir)],
             capture_output=True,
             check=False,
         )
@@ -203,7 +220,8 @@ class RealNode:
     def _state_dirs(self) -> list[Path]:
         """Gigabytes of image layers (the registry's, containerd's unpacked ones) and the pods'
         volumes; stop() removes them, the logs and configs stay for a look afterwards."""
-        return [self.directory / part for part in ("containerd", "kubelet", "registry/storage")]
+        owned = [self.registry_dir / "storage"] if self._own_registry else []
+        return [self.directory / part for part in ("containerd", "kubelet")] + owned
 
     # -- components -----------------------------------------------------------------------------
 
@@ -216,7 +234,7 @@ class RealNode:
         port = self.registry.address.rpartition(":")[2]
         done = subprocess.run(
             [
-                *(str(REGISTRY_SCRIPT), "start", str(self.directory / "registry"), port),
+                *(str(REGISTRY_SCRIPT), "start", str(self.registry_dir), port),
                 *("--user", self.registry.username),
             ],
             env={**os.environ, "LOCAL_REGISTRY_PASSWORD": self.registry.password},
@@ -240,10 +258,7 @@ class RealNode:
             self.namespaces.run("mount", "--bind", str(shown), f"/proc/sys/{name}")
 
     def _cgroup_dirs(self) -> list[Path]:
-        """The node's cgroup root in every hierarchy (cgroup v1: one per controller, some of
-        them reached through a symbolic link such as cpu -> cpu,cpuacct)."""
-        hierarchies = {path.resolve() for path in CGROUP_ROOT.iterdir() if path.is_dir()}
-        return [hierarchy / self.cgroup for hierarchy in sorted(hierarchies)]
+        return cgroup_dirs(self.cgroup)
 
     def _create_cgroup_root(self) -> None:
         for path in self._cgroup_dirs():
@@ -257,7 +272,7 @@ class RealNode:
         process = self._start(
             "node-relay",
             [
-                *(sys.executable, "-m", "tests.support.node_network", "relay"),
+                *(sys.executable, "-m", "tools.cluster.node_network", "relay"),
                 f"--netns={self.namespaces.net}",
                 *(f"--port={port}" for port in ports),
             ],
@@ -398,12 +413,11 @@ disabled_plugins = [
         for image in ("pause", "init-image"):
             self.ctr("images", "import", str(self.plane.bin_dir.parent / image / "image.tar"))
 
-    def _prepare_api_objects(self) -> None:
-        """The namespace whose pods land on this node, and volumes of its own for their claims."""
+    def _create_namespace(self) -> None:
+        """The namespace whose pods alone land on this node (exclusive)."""
         from kubernetes import client
 
-        api = self.plane.api()
-        core = client.CoreV1Api(api)
+        core = client.CoreV1Api(self.plane.api())
         key, value = NODE_LABEL
         core.create_namespace(
             {
@@ -419,6 +433,14 @@ disabled_plugins = [
                 }
             }
         )
+
+    def _create_volumes(self) -> None:
+        """`local` volumes on this node for its pods' claims: unlike hostPath, the kubelet gives
+        a local volume to the pod's fsGroup, so the non-root trainer can write its claim."""
+        from kubernetes import client
+
+        api = self.plane.api()
+        core = client.CoreV1Api(api)
         client.StorageV1Api(api).create_storage_class(
             {
                 "metadata": {"name": STORAGE_CLASS},
@@ -516,7 +538,7 @@ disabled_plugins = [
             "resolvConf": str(resolv_conf),
             "podLogsDir": str(self.directory / "pod-logs"),
             "volumePluginDir": str(kubelet_dir / "volume-plugins"),
-            "registerWithTaints": [NODE_TAINT],
+            "registerWithTaints": [NODE_TAINT] if self.exclusive else [],
             "maxPods": 16,
             "serializeImagePulls": False,
             # The node shares this machine: never evict for disk or memory others use, never
@@ -546,7 +568,7 @@ disabled_plugins = [
     errors
     log
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
-        kubeconfig {self.plane.kubeconfig} e2e
+        kubeconfig {self.plane.kubeconfig} {CONTEXT}
         ttl 5
     }}
 }}
@@ -590,12 +612,7 @@ disabled_plugins = [
         """Shims (which inherit containerd's tag) and whatever runs in the node's cgroups."""
         from tools import procs
 
-        pids = set(procs.tagged(NODE_TAG, self._tag))
-        for path in self._cgroup_dirs():
-            for procs_file in path.rglob("cgroup.procs") if path.exists() else ():
-                with contextlib.suppress(OSError):
-                    pids.update(int(pid) for pid in procs_file.read_text().split())
-        return sorted(pids)
+        return sorted({*procs.tagged(NODE_TAG, self._tag), *cgroup_members(self.cgroup)})
 
     def _kill_leftover_processes(self) -> None:
         for _ in range(50):
@@ -608,48 +625,81 @@ disabled_plugins = [
             time.sleep(0.1)
 
     def _remove_cgroup_root(self) -> None:
-        for path in self._cgroup_dirs():
-            if not path.exists():
-                continue
-            # Deepest first: a cgroup directory goes only once it has no children.
-            for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                if child.is_dir():
-                    with contextlib.suppress(OSError):
-                        child.rmdir()
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        remove_cgroup(self.cgroup)
 
     def _remove_api_objects(self) -> None:
-        """The plane stays up after the node: its pods (no kubelet will end them), the node,
-        the namespace and the volumes go, so the fast scenarios see the plane as it was."""
+        """The plane may stay up after the node: its pods (no kubelet will end them) and the
+        node go, its volumes, and when exclusive its namespace, so the fast scenarios see the
+        plane as it was."""
         from kubernetes import client
 
         with contextlib.suppress(Exception):
             api = self.plane.api()
             core = client.CoreV1Api(api)
-            for pod in core.list_namespaced_pod(NAMESPACE).items:
+            on_node = f"spec.nodeName={NODE_NAME}"
+            for pod in core.list_pod_for_all_namespaces(field_selector=on_node).items:
                 with contextlib.suppress(client.ApiException):
-                    core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
-            for remove in (
+                    core.delete_namespaced_pod(
+                        pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                    )
+            removals = [
                 lambda: core.delete_node(NODE_NAME),
-                lambda: core.delete_namespace(NAMESPACE),
                 lambda: client.StorageV1Api(api).delete_storage_class(STORAGE_CLASS),
                 *(
                     (lambda i=i: core.delete_persistent_volume(f"{STORAGE_CLASS}-pv-{i}"))
                     for i in range(PERSISTENT_VOLUMES)
                 ),
-            ):
+            ]
+            if self.exclusive:
+                removals.append(lambda: core.delete_namespace(NAMESPACE))
+            for remove in removals:
                 with contextlib.suppress(client.ApiException):
                     remove()
 
 
-def _require_root_and_cgroup_v1() -> None:
+def unsupported() -> str | None:
+    """What this machine lacks for a real node (root, util-linux's nsenter and unshare, cgroup
+    v1), in words that follow "needs"; None when it has everything."""
+    if sys.platform != "linux":
+        return f"Linux (this is {sys.platform})"
     if os.geteuid() != 0:
-        raise ControlPlaneError("a real node needs root (namespaces, mounts, cgroups)")
+        return "root (namespaces, mounts, cgroups)"
     if not shutil.which("nsenter") or not shutil.which("unshare"):
-        raise ControlPlaneError("a real node needs util-linux's nsenter and unshare")
+        return "util-linux's nsenter and unshare"
     if (CGROUP_ROOT / "cgroup.controllers").exists():
-        raise ControlPlaneError(
-            "a real node supports cgroup v1 hierarchies only (this machine mounts cgroup v2 at "
-            f"{CGROUP_ROOT})"
+        return (
+            "cgroup v1 hierarchies (this machine mounts cgroup v2 at "
+            f"{CGROUP_ROOT}, which the real node does not support)"
         )
+    return None
+
+
+def cgroup_dirs(name: str) -> list[Path]:
+    """A cgroup `name` in every hierarchy (cgroup v1: one per controller, some of them reached
+    through a symbolic link such as cpu -> cpu,cpuacct)."""
+    hierarchies = {path.resolve() for path in CGROUP_ROOT.iterdir() if path.is_dir()}
+    return [hierarchy / name for hierarchy in sorted(hierarchies)]
+
+
+def cgroup_members(name: str) -> list[int]:
+    """The processes in cgroup `name` and its children, in any hierarchy."""
+    pids: set[int] = set()
+    for path in cgroup_dirs(name):
+        for procs_file in path.rglob("cgroup.procs") if path.exists() else ():
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(pid) for pid in procs_file.read_text().split())
+    return sorted(pids)
+
+
+def remove_cgroup(name: str) -> None:
+    """Remove cgroup `name` and its children in every hierarchy (their processes must be gone)."""
+    for path in cgroup_dirs(name):
+        if not path.exists():
+            continue
+        # Deepest first: a cgroup directory goes only once it has no children.
+        for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if child.is_dir():
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+        with contextlib.suppress(OSError):
+            path.rmdir()
