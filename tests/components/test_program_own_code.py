@@ -69,6 +69,33 @@ def test_the_image_is_built_from_the_examples_own_context(digits: ProgramResult)
     )
     # The same pin as for the trainer's image: the digest its registry serves.
     assert training_container(digits.one(JOB))["image"] == digits.outputs["image"].value
+    # And the same cleanup of what the build leaves in the engine, whatever the context.
+    assert digits.one(IMAGE).hooks == {
+        "before_create": ["training-image-image-store-before"],
+        "before_update": ["training-image-image-store-before"],
+        "after_create": ["training-image-image-leftovers"],
+        "after_update": ["training-image-image-leftovers"],
+    }
+
+
+def test_build_arguments_reach_the_build_beside_the_base_image() -> None:
+    result = run_program(
+        "digits",
+        overrides={"image": {"buildArgs": {"PIP_INDEX_URL": "https://pypi.example/simple"}}},
+    )
+    assert result.error is None, result.error
+    image = result.one(IMAGE).inputs
+    assert image["build"]["args"] == {
+        "BASE_IMAGE": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        "PIP_INDEX_URL": "https://pypi.example/simple",
+    }
+    # Another build, another tag: the arguments are part of what the image is.
+    context = REPO_ROOT / "examples" / "digits"
+    assert image["imageName"].endswith(
+        context_tag(
+            context, context / "Dockerfile", {"PIP_INDEX_URL": "https://pypi.example/simple"}
+        )
+    )
 
 
 def test_the_environments_secret_is_the_one_place_its_value_is_and_only_as_a_secret(
