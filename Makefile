@@ -18,11 +18,13 @@ RETRIEVE_ARGS ?=
 STATUS_ARGS ?=
 # make local BACKEND=container: each replica a container of IMAGE (built by `make image`).
 BACKEND ?= process
-# The image's name and podman's OCI runtime for the image targets and the container backend come
-# from tools/containers/defaults.env, which the scripts and the container backend read too;
-# CONTAINER_RUNTIME= uses podman's default.
+# The image `make image` builds and `make local BACKEND=container` runs: unset, STACK's own
+# (the trainer image TRAINER_IMAGE, or localhost/pytorch-distributed-<stack>:local for a stack
+# built from a context of its own: tools/stack_image.py). Podman's OCI runtime for the image
+# targets and the container backend comes from tools/containers/defaults.env, which the scripts
+# and the container backend read too; CONTAINER_RUNTIME= uses podman's default.
 include tools/containers/defaults.env
-IMAGE ?= $(TRAINER_IMAGE)
+IMAGE ?=
 CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)
 export CONTAINER_RUNTIME
 
@@ -89,13 +91,13 @@ e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engi
 
 local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
 	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \
-	    $(if $(filter container,$(BACKEND)),--image $(IMAGE) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
+	    $(if $(filter container,$(BACKEND)),$(if $(IMAGE),--image $(IMAGE)) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
 
 base-image: $(STAMP) ## Build (or find, cached in podman's store) the stand-in base image `make image` uses.
 	PYTHON=$(BIN)/python scripts/build-base-image.sh
 
-image: $(STAMP) ## Build the training image IMAGE from trainer/Dockerfile with podman (base image cached).
-	PYTHON=$(BIN)/python scripts/build-image.sh $(IMAGE)
+image: $(STAMP) ## Build STACK's image (trainer/, or its image.context) as IMAGE with podman (base image cached).
+	PYTHON=$(BIN)/python STACK=$(STACK) scripts/build-image.sh $(IMAGE)
 
 image-test: $(STAMP) ## The image and container tests: build, train in containers, push to a loopback registry.
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m container
