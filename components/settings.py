@@ -118,6 +118,8 @@ TRAINER_UID = 10001
 TRAINER_GID = 10001
 # Linux ids are 32-bit; Kubernetes takes runAsUser, runAsGroup and fsGroup up to 2^31 - 1.
 MAX_ID = 2**31 - 1
+# Pulling a multi-GB CUDA image onto fresh GPU nodes takes a while; longer means stuck.
+RUNNING_TIMEOUT_SECONDS = 30 * 60
 # What a pod's GPUs are asked as unless `job.gpuResource` says otherwise (NVIDIA's device plugin).
 GPU_RESOURCE = "nvidia.com/gpu"
 CODE = "the image's code, where the pods start"
@@ -452,6 +454,10 @@ class JobSettings(_Settings):
     wait_for: WaitFor = "created"
     """what `pulumi up` waits for: nothing, the job's creation, its Running condition, or its
     end (Succeeded); with `running` and `succeeded` a job that fails fails `pulumi up`"""
+    running_timeout_seconds: Integer = Field(RUNNING_TIMEOUT_SECONDS, ge=1)
+    """with `waitFor: running`: how long `pulumi up` waits for the job to run before it fails,
+    naming what each pod waits for (its image, a node it may run on: a taint it does not
+    tolerate, a node selector no node matches)"""
     ttl_seconds_after_finished: Integer | None = Field(None, ge=0)
     """the operator deletes the finished job after this many seconds (unset: never)"""
     active_deadline_seconds: Integer | None = Field(default_factory=_default_active_deadline, ge=1)
