@@ -525,7 +525,8 @@ def checkpoint_reader_pod_manifest(
 
     It only waits (`sleep`): the copy runs through exec. `deadline_seconds` ends it even if the
     tool that started it is killed before it can delete it. `node` pins it beside the pod that
-    has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too.
+    has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too. It has
+    the job's node selector and tolerations, as the claim may be reachable on its nodes only.
     """
     spec: dict[str, Any] = {
         "containers": [
@@ -571,6 +572,9 @@ def checkpoint_reader_pod_manifest(
         spec["imagePullSecrets"] = [{"name": pull_secret}]
     if settings.platform == "runai":
         spec["schedulerName"] = RUNAI_SCHEDULER
+    # It goes where the job's pods may go (tainted GPU nodes, a labelled pool: the claim may be
+    # reachable there only), but with no priority to preempt anything for a copy.
+    spec.update({k: v for k, v in scheduling(settings).items() if k != "priorityClassName"})
     if node is not None:
         spec["affinity"] = {
             "nodeAffinity": {

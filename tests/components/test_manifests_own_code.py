@@ -284,3 +284,29 @@ def test_the_example_stack_trains_its_own_script_on_tolerated_nodes(repo_root: P
     assert pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     for manifest in stack_objects(settings, image=IMAGE, password=None).in_apply_order():
         validate_manifest(manifest)
+
+
+def test_make_checkpoints_reader_goes_where_the_jobs_pods_go_without_their_priority() -> None:
+    from components.manifests import checkpoint_reader_pod_manifest
+
+    settings = settings_for(**OWN_CODE)
+    pod = checkpoint_reader_pod_manifest(
+        settings,
+        name="digits-reader",
+        image=IMAGE,
+        pull_secret=None,
+        node="n1",
+        deadline_seconds=60,
+    )
+    validate_manifest(pod)
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"example.com/pool": "gpu"}
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "priorityClassName" not in spec
+    assert spec["affinity"]["nodeAffinity"]  # beside a ReadWriteOnce claim's pod, as before
+    # Only the checkpoint claim: a data claim is not the reader's business.
+    assert [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]] == [
+        "digits-checkpoints"
+    ]
