@@ -2,7 +2,7 @@
 trained for real.
 
     python -m tools.run_local --stack dev [--checkpoint-root DIR] [--epochs N] [--save-every K]
-                              [--dataset-size N]
+                              [--dataset-size N] [--volume CLAIM=DIR ...]
                               [--backend process|container [--image REF] [--engine podman|docker]
                                [--container-runtime RUNTIME]]
 
@@ -31,11 +31,16 @@ Deliberate local deviations, all printed at start:
   own hostname; on loopback every one would match). The agents re-form the group by themselves,
   so a lost replica is restarted alone, and `<checkpoint-root>/.run_local/<pod>.hold` keeps it
   pending (a node that is gone) until the file is removed;
-* paths under the image's APP_DIR map to this checkout, the checkpoint claim's mountPath maps to
-  `--checkpoint-root` (default `.checkpoints/<stack>/`);
+* paths under the image's APP_DIR map to this checkout (an image of your own code: to its
+  `image.context`, where a `job.command` runs too), the checkpoint claim's mountPath maps to
+  `--checkpoint-root` (default `.checkpoints/<stack>/`), a `job.volumes` claim's to `--volume
+  CLAIM=DIR` (default `.claims/<claim>/`; processes could write a read-only one);
+* a `job.secretEnv` variable, whose value only the cluster's Secret holds, takes the value of the
+  same name in this user's environment (and is said missing without it);
 * GPUs are used only when the machine has enough for every replica; otherwise the job runs on
   the CPU (gloo, one process per replica) and says so;
-* resource requests/limits, image pull secrets and /dev/shm sizing have no local meaning.
+* resource requests/limits, image pull secrets, /dev/shm sizing and scheduling (node selector,
+  tolerations, priority class) have no local meaning.
 
 With `--backend container` every replica runs as a container of the training image instead
 (`tools/local_backends/container.py`: the image's own paths, the claim mounted at its mountPath,
@@ -44,6 +49,11 @@ each replica's container name is written to `<checkpoint-root>/.run_local/<pod>.
 
 Each replica's process-group id is written to `<checkpoint-root>/.run_local/<pod>.pid` while it
 runs (it is also its session id), so a test or a user can kill one "pod" on purpose.
+
+A `job.command` of your own runs as the pods run it (torchrun from this environment, or the
+command itself), with the same environment contract (CHECKPOINT_DIR, JOB_NAME, STACK_NAME); the
+trainer's flags (--epochs, ...) are refused for it, and the summary lists what it left in its
+CHECKPOINT_DIR.
 
 Before any replica starts, `preflight` asks the trainer's own code what it would refuse
 (`trainer.cli` parses the very arguments the pod gets, `trainer.resume.preflight` compares the
