@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import json
@@ -985,11 +986,30 @@ def test_a_volume_may_sit_beside_the_checkpoints_and_be_writable() -> None:
     assert settings.job.volumes[0].read_only is False
 
 
+def in_a_loop_of_its_own(check: Any) -> Any:
+    """Run the coroutine function `check` on a fresh event loop in a fresh context: the Outputs
+    it makes are awaited there, so none is left in Pulumi's global set for a later program run
+    (tests/pulumi_harness.py) to wait on."""
+
+    def run() -> Any:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(check())
+        finally:
+            loop.close()
+
+    return contextvars.Context().run(run)
+
+
 def test_secret_env_values_are_never_shown() -> None:
-    secret = pulumi.Output.secret("hf_never-shown")
-    job = parse_settings(with_values(job={"secretEnv": {"HF_TOKEN": secret}})).job
-    assert job.secret_env["HF_TOKEN"] is secret
-    assert "secret_env" not in repr(job)
+    async def check() -> None:
+        secret = pulumi.Output.secret("hf_never-shown")
+        job = parse_settings(with_values(job={"secretEnv": {"HF_TOKEN": secret}})).job
+        assert job.secret_env["HF_TOKEN"] is secret
+        assert "secret_env" not in repr(job)
+        assert await secret.future() == "hf_never-shown"
+
+    in_a_loop_of_its_own(check)
 
 
 def test_a_stack_files_secret_env_is_its_ciphertext_and_a_plain_one_is_refused(
@@ -1038,9 +1058,12 @@ def test_the_program_reads_secret_env_as_secrets_only_when_the_engine_says_so(
         runtime_config.set_all_config(config, ["pytorch-distributed:job"])
         return load_settings()
 
-    settings = contextvars.Context().run(load)
-    secret = settings.job.secret_env["HF_TOKEN"]
-    assert isinstance(secret, pulumi.Output)
+    async def check() -> tuple[bool, str]:
+        secret = load().job.secret_env["HF_TOKEN"]
+        assert isinstance(secret, pulumi.Output)
+        return await secret.is_secret(), await secret.future()
+
+    assert in_a_loop_of_its_own(check) == (True, "hf_decrypted")
     with pytest.raises(pulumi.RunError, match=r"job\.secretEnv\.HF_TOKEN = '<redacted>'") as raised:
         _load_with_cli_env(monkeypatch, config)
     assert "hf_decrypted" not in str(raised.value)
