@@ -20,7 +20,7 @@ BACKEND ?= process## make local: process (torchrun here) or container (each repl
 # The image's name and podman's OCI runtime for the image targets and the container backend come
 # from tools/containers/defaults.env, which the scripts and the container backend read too.
 include tools/containers/defaults.env
-IMAGE ?= $(TRAINER_IMAGE)## make image / local BACKEND=container: the trainer image's name
+IMAGE ?=## make image / local BACKEND=container: the image (unset: STACK's own, tools/stack_image.py)
 CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)## podman's OCI runtime (empty: podman's default)
 export CONTAINER_RUNTIME
 CLUSTER_REGISTRY_PORT ?= 5000## make cluster: its registry's port (Pulumi.local.yaml names 5000)
@@ -97,13 +97,13 @@ e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engi
 
 local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
 	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \
-	    $(if $(filter container,$(BACKEND)),--image $(IMAGE) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
+	    $(if $(filter container,$(BACKEND)),$(if $(IMAGE),--image $(IMAGE)) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
 
 base-image: $(STAMP) ## Build (or find, cached in podman's store) the stand-in base image `make image` uses.
 	PYTHON=$(BIN)/python scripts/build-base-image.sh
 
-image: $(STAMP) ## Build the training image IMAGE from trainer/Dockerfile with podman (base image cached).
-	PYTHON=$(BIN)/python scripts/build-image.sh $(IMAGE)
+image: $(STAMP) ## Build STACK's image (trainer/, or its image.context) as IMAGE with podman (base image cached).
+	PYTHON=$(BIN)/python STACK=$(STACK) scripts/build-image.sh $(IMAGE)
 
 image-test: $(STAMP) ## The image and container tests: build, train in containers, push to a loopback registry.
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m container

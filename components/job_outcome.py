@@ -18,8 +18,11 @@ What the hooks do, per `job.waitFor` (none and created register none):
 - after create (also the create of a replacement): wait until Running (`running`, Succeeded
   counts too) or Succeeded (`succeeded`); fail when the job fails first, or as soon as a pod's
   container cannot start (an image the node cannot pull with the stack's credential, a missing
-  Secret: job_state.START_FAILURES), with the kubelet's message; `running` gives up
-  after RUNNING_TIMEOUT_SECONDS, naming what each pod waits for; `succeeded` waits as long as
+  Secret: job_state.START_FAILURES), with the kubelet's message; `running` gives up after
+  `job.runningTimeoutSeconds`, naming what each pod waits for (a pod the scheduler cannot place
+  says why: the taint it does not tolerate, the node selector no node matches; a cluster's
+  autoscaler may still add such a node, so that alone fails nothing sooner); `succeeded` waits as
+  long as
   the job runs (its `activeDeadlineSeconds` ends it);
 - after update: the provider updated the job in place, which only ever changes its metadata
   (a spec change replaces it), so a job that has finished is not run again and nothing is waited
@@ -39,9 +42,8 @@ import pulumi
 
 from components.job_state import JobState, Progress, failure_report, replica_line
 from components.job_watch import JobWatch, JobWatchError, WaitTimeoutError, api_errors
+from components.settings import RUNNING_TIMEOUT_SECONDS
 
-# Pulling a multi-GB CUDA image onto fresh GPU nodes takes a while; longer means stuck.
-RUNNING_TIMEOUT_SECONDS = 30 * 60
 WAITING_MODES = ("running", "succeeded")
 T = TypeVar("T")
 
@@ -60,6 +62,7 @@ class WaitTarget:
     wait_for: str  # running | succeeded
     stack: str
     kind: str = "PyTorchJob"  # the job's API kind
+    running_timeout_seconds: int = RUNNING_TIMEOUT_SECONDS  # job.runningTimeoutSeconds
 
     @property
     def title(self) -> str:
@@ -76,6 +79,14 @@ class WaitTarget:
             "run it again: fix what failed (a change to the job's spec replaces it), or "
             f"without a change: pulumi up --stack {self.stack} --replace '{urn}'",
         ]
+
+
+def duration(seconds: int) -> str:
+    """`30 minutes`, `90 seconds`: whole minutes as minutes."""
+    if seconds % 60 == 0:
+        minutes = seconds // 60
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 class _Urn:
@@ -142,7 +153,7 @@ class JobOutcome:
                     return state
             state = watch.wait(
                 lambda state: target.reached(state) or bool(state.replicas_that_cannot_start),
-                timeout=RUNNING_TIMEOUT_SECONDS if target.wait_for == "running" else None,
+                timeout=target.running_timeout_seconds if target.wait_for == "running" else None,
                 on_change=Progress(lambda line: log("info", line)),
                 describe=Progress.key,
             )
@@ -152,8 +163,9 @@ class JobOutcome:
                 "\n".join(
                     [
                         f"{target.title} did not reach Running "
-                        f"within {RUNNING_TIMEOUT_SECONDS // 60} minutes "
-                        f"(job.waitFor: running); it is {timeout.state.phase}:",
+                        f"within {duration(target.running_timeout_seconds)} "
+                        f"(job.waitFor: running, job.runningTimeoutSeconds); it is "
+                        f"{timeout.state.phase}:",
                         *pods,
                         *(f"  {step}" for step in target.next_steps(urn)[:1]),
                     ]

@@ -30,14 +30,32 @@ from typing import Any
 
 import pulumi
 
-from components.setting_values import quantity_value
-from components.settings import StackSettings, job_key
+from components.setting_values import (
+    APP_DIR,
+    CHECKPOINT_DIR_ENV,
+    JOB_NAME_ENV,
+    SHM_DIR,
+    STACK_NAME_ENV,
+    quantity_value,
+)
+from components.settings import GPU_RESOURCE, StackSettings, job_key
 
-APP_DIR = "/opt/pytorch-distributed"
 ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"
-GPU_RESOURCE = "nvidia.com/gpu"
 CHECKPOINT_VOLUME = "checkpoints"
 SHM_VOLUME = "dshm"
+# A job.volumes entry's volume in the pods: `data-<its index>`.
+DATA_VOLUME_PREFIX = "data-"
+# A job.command under `job.launcher: torchrun`: torchrun takes its nodes, rank, processes per
+# node and rendezvous from the PET_* variables the job's controller injects (each of its flags
+# reads PET_<FLAG>), so it needs no flag of them in any image.
+TORCHRUN = "torchrun"
+# torch >= 2.4 lets an elastic job's trainers share the rendezvous agent's TCP store, and a node
+# that joins a later round then waits for ever (see trainer/entrypoint.sh, which sets it for the
+# trainer): a job.command's elastic pods get it in their environment.
+NO_SHARED_RDZV_STORE = {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}
+# The job's GPU resource (`job.gpuResource`), for the policy pack's GPU rule: a policy sees the
+# manifest, not the settings.
+GPU_RESOURCE_ANNOTATION = "pytorch-distributed/gpu-resource"
 # On SIGTERM the trainer commits a checkpoint; torchrun gives its workers 30 s for that before it
 # kills them, so the kubelet's grace period must outlast torchrun's (the kubelet's default is
 # exactly 30 s, which would cut torchrun's own shutdown short).
@@ -71,13 +89,17 @@ class ResourceNames:
     job: str
     claim: str
     pull_secret: str | None
+    # The Secret holding `job.secretEnv`'s values, when there are any.
+    env_secret: str | None = None
 
 
 def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
-    claim = settings.checkpoints.existing_claim or f"{job}-checkpoints"
     pull_secret = f"{job}-registry" if settings.registry is not None else None
-    return ResourceNames(job=job, claim=claim, pull_secret=pull_secret)
+    env_secret = f"{job}-env" if settings.job.secret_env else None
+    return ResourceNames(
+        job=job, claim=settings.checkpoint_claim, pull_secret=pull_secret, env_secret=env_secret
+    )
 
 
 def common_labels(settings: StackSettings) -> dict[str, str]:
@@ -149,6 +171,30 @@ def registry_secret_manifest(settings: StackSettings, *, password: Any) -> dict[
         "metadata": object_metadata(settings, name, "registry-credential"),
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": encoded},
+    }
+
+
+def _secret_data(value: Any) -> Any:
+    """A Secret's `data` entry: base64, and secret all the way when the value is an Output."""
+    if isinstance(value, pulumi.Output):
+        return pulumi.Output.secret(pulumi.Output.from_input(value).apply(_b64))
+    return _b64(str(value))
+
+
+def environment_secret_manifest(settings: StackSettings) -> dict[str, Any] | None:
+    """The Opaque Secret `<job>-env` that holds `job.secretEnv`'s values, one key per variable,
+    which the training container reads through `secretKeyRef`; None without any. Its values are
+    the program's secret Outputs (the offline tools' REDACTED), so only this object ever holds
+    them, and only as secrets."""
+    name = resource_names(settings).env_secret
+    if name is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_metadata(settings, name, "environment"),
+        "type": "Opaque",
+        "data": {key: _secret_data(value) for key, value in settings.job.secret_env.items()},
     }
 
 
@@ -228,9 +274,7 @@ def trainer_argument(field: str) -> TrainerArgument | None:
 
 def trainer_args(settings: StackSettings) -> list[str]:
     """entrypoint.sh arguments: its own flags, `--`, then the trainer CLI."""
-    job = settings.job
-    max_restarts = job.elastic.max_restarts if job.elastic is not None else job.max_restarts
-    args = ["--max-restarts", str(max_restarts), "--"]
+    args = ["--max-restarts", str(max_restarts(settings)), "--"]
     for argument in TRAINER_ARGUMENTS:
         value = argument.value(settings)
         if value is not None:
@@ -271,30 +315,91 @@ def container_security_context() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
+def max_restarts(settings: StackSettings) -> int:
+    """torchrun's restarts inside a pod: an elastic job's, else `job.maxRestarts`."""
+    job = settings.job
+    return job.elastic.max_restarts if job.elastic is not None else job.max_restarts
+
+
+def run_command(settings: StackSettings) -> dict[str, Any]:
+    """The training container's command, args and working directory: the project's trainer
+    (entrypoint.sh in the image's APP_DIR), or `job.command` under torchrun or as it is. A
+    command of your own starts in the image's WORKDIR, as `docker run` would start it."""
+    job = settings.job
+    if job.command is None:
+        return {"command": [ENTRYPOINT], "args": trainer_args(settings), "workingDir": APP_DIR}
+    if job.launcher == "none":
+        return {"command": list(job.command), "args": []}
+    return {
+        "command": [TORCHRUN],
+        "args": ["--max-restarts", str(max_restarts(settings)), *job.command],
+    }
+
+
+def contract_env(settings: StackSettings) -> list[dict[str, str]]:
+    """What every pod tells any training script (README, "Your own code"): this run's directory
+    on the checkpoint claim, the job's name and the stack's."""
+    env = [
+        {"name": CHECKPOINT_DIR_ENV, "value": settings.checkpoint_dir},
+        {"name": JOB_NAME_ENV, "value": settings.job.name},
+    ]
+    if settings.stack_name is not None:
+        env.append({"name": STACK_NAME_ENV, "value": settings.stack_name})
+    return env
+
+
+def container_env(settings: StackSettings) -> list[dict[str, Any]]:
+    """The training container's own environment: the stack's, the contract, `job.env` (whose
+    OMP_NUM_THREADS wins over the stack's), and `job.secretEnv` by reference to its Secret."""
+    job = settings.job
+    own: dict[str, dict[str, Any]] = {
+        "PYTHONUNBUFFERED": {"name": "PYTHONUNBUFFERED", "value": "1"},
+        "OMP_NUM_THREADS": {"name": "OMP_NUM_THREADS", "value": str(omp_threads(settings))},
+    }
+    if job.command is not None and job.launcher == "torchrun" and job.elastic is not None:
+        own[NO_SHARED_RDZV_STORE["name"]] = dict(NO_SHARED_RDZV_STORE)
+    for entry in contract_env(settings):
+        own[entry["name"]] = entry
+    for name, value in job.env.items():
+        own[name] = {"name": name, "value": value}
+    secret = resource_names(settings).env_secret
+    for name in job.secret_env:
+        own[name] = {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
+    return list(own.values())
+
+
+def data_volume(index: int) -> str:
+    return f"{DATA_VOLUME_PREFIX}{index}"
+
+
 def _container(
     settings: StackSettings, image: Any, *, name: str, ports: list[Mapping[str, Any]]
 ) -> dict[str, Any]:
     job = settings.job
     limits: dict[str, str] = {"memory": job.memory}
     if job.gpus_per_node > 0:
-        limits[GPU_RESOURCE] = str(job.gpus_per_node)
+        limits[job.gpu_resource] = str(job.gpus_per_node)
+    mounts: list[dict[str, Any]] = [
+        {"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path},
+        {"name": SHM_VOLUME, "mountPath": SHM_DIR},
+    ]
+    for index, volume in enumerate(job.volumes):
+        mounts.append(
+            {
+                "name": data_volume(index),
+                "mountPath": volume.mount_path,
+                "readOnly": volume.read_only,
+            }
+        )
     return {
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": [ENTRYPOINT],
-        "args": trainer_args(settings),
-        "workingDir": APP_DIR,
+        **run_command(settings),
         **({"ports": ports} if ports else {}),
-        "env": [
-            {"name": "PYTHONUNBUFFERED", "value": "1"},
-            {"name": "OMP_NUM_THREADS", "value": str(omp_threads(settings))},
-        ],
+        "env": container_env(settings),
         "resources": {"requests": {"cpu": job.cpu, "memory": job.memory}, "limits": limits},
-        "volumeMounts": [
-            {"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path},
-            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": mounts,
         "securityContext": container_security_context(),
     }
 
@@ -329,14 +434,19 @@ def pod_template(
     """The PodTemplateSpec of one replica type (a PyTorchJob's Master or Worker, a TrainJob's
     node), with its training container named as the job's API requires."""
     names = resource_names(settings)
+    job = settings.job
+    volumes: list[dict[str, Any]] = [
+        {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}},
+        # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the
+        # container runtime's default 64 MiB is far too small.
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+    ]
+    for index, volume in enumerate(job.volumes):
+        claim = {"claimName": volume.claim, "readOnly": volume.read_only}
+        volumes.append({"name": data_volume(index), "persistentVolumeClaim": claim})
     spec: dict[str, Any] = {
         "containers": [_container(settings, image, name=container, ports=list(ports))],
-        "volumes": [
-            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}},
-            # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the
-            # container runtime's default 64 MiB is far too small.
-            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-        ],
+        "volumes": volumes,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": pod_security_context(settings),
         "automountServiceAccountToken": False,
@@ -345,14 +455,39 @@ def pod_template(
         spec["imagePullSecrets"] = [{"name": names.pull_secret}]
     if settings.platform == "runai":
         spec["schedulerName"] = RUNAI_SCHEDULER
-    if settings.checkpoints.access_mode == "ReadWriteOnce" and settings.job.nodes > 1:
+    if settings.checkpoints.access_mode == "ReadWriteOnce" and job.nodes > 1:
         spec["affinity"] = _co_location_affinity(settings)
+    spec.update(scheduling(settings))
     labels = {
         **common_labels(settings),
         **scheduling_labels(settings),
         "app.kubernetes.io/component": replica_type.lower(),
     }
     return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def scheduling(settings: StackSettings) -> dict[str, Any]:
+    """Where the pods may run and how they rank: `job.nodeSelector`, `job.tolerations` and
+    `job.priorityClassName`, in the pod spec's words (only what is set)."""
+    job = settings.job
+    spec: dict[str, Any] = {}
+    if job.node_selector:
+        spec["nodeSelector"] = dict(job.node_selector)
+    if job.tolerations:
+        spec["tolerations"] = [toleration.manifest() for toleration in job.tolerations]
+    if job.priority_class_name is not None:
+        spec["priorityClassName"] = job.priority_class_name
+    return spec
+
+
+def job_annotations(settings: StackSettings) -> dict[str, str]:
+    """The job object's own annotations: what the provider waits for, and the GPU resource its
+    pods ask for when it is not NVIDIA's (the policy pack reads it, and assumes NVIDIA's
+    without it)."""
+    annotations = wait_annotations(settings)
+    if settings.job.gpu_resource != GPU_RESOURCE:
+        annotations[GPU_RESOURCE_ANNOTATION] = settings.job.gpu_resource
+    return annotations
 
 
 # How pulumi-kubernetes deletes the object: `foreground` (its default: the delete returns once
@@ -390,7 +525,8 @@ def checkpoint_reader_pod_manifest(
 
     It only waits (`sleep`): the copy runs through exec. `deadline_seconds` ends it even if the
     tool that started it is killed before it can delete it. `node` pins it beside the pod that
-    has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too.
+    has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too. It has
+    the job's node selector and tolerations, as the claim may be reachable on its nodes only.
     """
     spec: dict[str, Any] = {
         "containers": [
@@ -436,6 +572,9 @@ def checkpoint_reader_pod_manifest(
         spec["imagePullSecrets"] = [{"name": pull_secret}]
     if settings.platform == "runai":
         spec["schedulerName"] = RUNAI_SCHEDULER
+    # It goes where the job's pods may go (tainted GPU nodes, a labelled pool: the claim may be
+    # reachable there only), but with no priority to preempt anything for a copy.
+    spec.update({k: v for k, v in scheduling(settings).items() if k != "priorityClassName"})
     if node is not None:
         spec["affinity"] = {
             "nodeAffinity": {

@@ -70,6 +70,7 @@ def watched_job(
             wait_for=job.wait_for,
             stack=pulumi.get_stack(),
             kind=manifest["kind"],
+            running_timeout_seconds=job.running_timeout_seconds,
         )
         outcome = JobOutcome(name, target)
     after = [] if outcome is None else [outcome.hook]

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from decimal import Decimal
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -32,6 +33,37 @@ WaitFor = Literal["none", "created", "running", "succeeded"]
 RestartPolicy = Literal["ExitCode", "OnFailure", "Never"]
 CleanPodPolicy = Literal["None", "Running", "All"]
 JobApiName = Literal["pytorchjob", "trainjob"]
+Launcher = Literal["torchrun", "none"]
+TolerationOperator = Literal["Equal", "Exists"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+# Where the pods start (their workingDir) and where the trainer image keeps its code: no volume
+# may be mounted over it (nor over /dev/shm or the checkpoint claim).
+APP_DIR = "/opt/pytorch-distributed"
+SHM_DIR = "/dev/shm"
+# What every pod's environment tells any training script (README, "Your own code"): the run's
+# directory on the checkpoint claim, the job's name and the stack's.
+CHECKPOINT_DIR_ENV = "CHECKPOINT_DIR"
+JOB_NAME_ENV = "JOB_NAME"
+STACK_NAME_ENV = "STACK_NAME"
+ENV_CONTRACT = (CHECKPOINT_DIR_ENV, JOB_NAME_ENV, STACK_NAME_ENV)
+# Names the stack, the job's controller, torchrun or the kubelet set in the pods: a job.env or
+# job.secretEnv entry of one of them would be overwritten or would confuse the launcher.
+RESERVED_ENV = (
+    *ENV_CONTRACT,
+    "PYTHONUNBUFFERED",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "JOB_COMPLETION_INDEX",
+    "HOSTNAME",
+)
+RESERVED_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
 
 # The operator names pods `<job>-worker-<index>` and creates a Service per replica; both must stay
 # DNS-1035 labels (63 characters), so the job name leaves room for the longest suffix.
@@ -61,6 +93,10 @@ _REPOSITORY_RE = rf"(?:{_REGISTRY_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT}
 _TAG_RE = r"[\w][\w.-]{0,127}"
 _DIGEST_RE = r"sha256:[0-9a-f]{64}"
 _PINNED_REFERENCE = re.compile(rf"^{_REPOSITORY_RE}(?::{_TAG_RE})?@{_DIGEST_RE}\Z")
+
+
+# What a secret is shown as wherever it would otherwise appear (the offline tools' stand-in).
+REDACTED = "<redacted>"
 
 
 class Allowed(str):
@@ -209,7 +245,7 @@ TaskRef = _matching(
     "expected MODULE:FUNCTION, e.g. trainer.tasks:regression",
 )
 MountPath = _matching(
-    r"^(?!/dev/shm\Z|/opt/pytorch-distributed)(/(?!\.\.?(/|\Z))[^/:\n]+)+\Z",
+    rf"^(?!{SHM_DIR}\Z|{APP_DIR})(/(?!\.\.?(/|\Z))[^/:\n]+)+\Z",
     "expected an absolute directory such as /checkpoints (no trailing '/', '..', ':', "
     "and not /, /dev/shm or the image's /opt/pytorch-distributed)",
 )
@@ -218,6 +254,206 @@ Labels = Annotated[
     PlainValidator(_labels),
     Allowed("expected an object of label names to strings"),
 ]
+
+
+def _label_key_problem(name: str) -> bool:
+    prefix, _, label = name.rpartition("/")
+    bad_prefix = bool(prefix) and not (_DNS1123_SUBDOMAIN.match(prefix) and len(prefix) <= 253)
+    return bad_prefix or not (label and _LABEL_VALUE.match(label))
+
+
+def _as_text(value: Any) -> Any:
+    """A YAML or `--path` number or boolean as the string a command line or environment gets
+    ("10", "0.5", "true"); anything else as it is (and refused if not a string)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _number_text(value)
+
+
+def _string_map(raw: Any) -> Mapping[str, Any]:
+    if isinstance(raw, str):  # a `--path` object can reach the program as a JSON string
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ValueError("not JSON") from None
+    if not isinstance(raw, Mapping):
+        raise ValueError("not an object")
+    return raw
+
+
+def _node_selector(raw: Any) -> Mapping[str, str]:
+    """Node labels the pods must find on their node: any label, the cluster's own included."""
+    selector = _string_map(raw)
+    for name, value in selector.items():
+        if _label_key_problem(str(name)):
+            raise refusal(
+                str(name),
+                value,
+                "a node label name is [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
+                "starting and ending alphanumeric, prefix a DNS subdomain",
+            )
+        value = _as_text(value)
+        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            raise refusal(
+                str(name),
+                value,
+                "a label value is a string of up to 63 characters of [A-Za-z0-9-_.], "
+                "empty or starting and ending alphanumeric",
+            )
+    return {str(name): _as_text(value) for name, value in selector.items()}
+
+
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
+_ENV_NAME_ALLOWED = (
+    "an environment variable name is letters, digits, '_', '-' and '.', not starting with a digit"
+)
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a job.env or job.secretEnv entry, or None."""
+    if not _ENV_NAME.match(name):
+        return _ENV_NAME_ALLOWED
+    if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+        return (
+            "the stack, the job's controller or torchrun sets this variable in every pod "
+            f"(reserved: {', '.join(RESERVED_ENV)} and {'*, '.join(RESERVED_ENV_PREFIXES)}*)"
+        )
+    return None
+
+
+def _env(raw: Any) -> Mapping[str, str]:
+    """Plain environment variables: names and values shown in the manifests, state and render."""
+    env = _string_map(raw)
+    for name, value in env.items():
+        if (problem := env_name_problem(str(name))) is not None:
+            raise refusal(str(name), value, problem)
+        if not isinstance(_as_text(value), str):
+            raise refusal(str(name), value, "expected a string value (job.env is plain text)")
+    return {str(name): _as_text(value) for name, value in env.items()}
+
+
+def is_secret_value(value: Any) -> bool:
+    """A value the stack holds as a secret: a pulumi Output (the program wraps every secret it
+    reads from the config) or REDACTED (the offline tools' stand-in for an encrypted value)."""
+    if isinstance(value, str):
+        return value == REDACTED
+    import pulumi
+
+    return isinstance(value, pulumi.Output)
+
+
+def _secret_env(raw: Any) -> Mapping[str, Any]:
+    """Environment variables whose values are secrets of the stack's config: each must be one
+    (the program marks them, the offline tools see their ciphertext), never a plain string."""
+    env = _string_map(raw)
+    for name, value in env.items():
+        if (problem := env_name_problem(str(name))) is not None:
+            raise refusal(str(name), REDACTED, problem)
+        if not is_secret_value(value):
+            raise refusal(
+                str(name),
+                REDACTED,
+                "expected a secret of the stack's config: pulumi config set --secret --path "
+                f"job.secretEnv.{name} VALUE (a plain value belongs in job.env, and a "
+                "credential's never does)",
+            )
+    return {str(name): value for name, value in env.items()}
+
+
+_BUILD_ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+BASE_IMAGE_ARG = "BASE_IMAGE"
+
+
+def _build_args(raw: Any) -> Mapping[str, str]:
+    args = _string_map(raw)
+    for name, value in args.items():
+        if not _BUILD_ARG.match(str(name)):
+            raise refusal(str(name), value, "a build argument's name is letters, digits and '_'")
+        if name == BASE_IMAGE_ARG:
+            raise refusal(str(name), value, "BASE_IMAGE is image.baseImage: set that instead")
+        if not isinstance(_as_text(value), str):
+            raise refusal(str(name), value, "expected a string value")
+    return {str(name): _as_text(value) for name, value in args.items()}
+
+
+def _command(raw: Any) -> tuple[str, ...]:
+    """A command line as a list of words: a string would leave the splitting to a guess."""
+    if isinstance(raw, str) or not isinstance(raw, list | tuple) or not raw:
+        raise ValueError("not a list")
+    words = tuple(_as_text(word) for word in raw)
+    if not all(isinstance(word, str) and word for word in words):
+        raise ValueError("not a list of strings")
+    return words
+
+
+def _project_path(text: Any) -> str:
+    """A path inside the project directory, as POSIX text without '.', '..' or a trailing '/'."""
+    if not isinstance(text, str) or not text.strip() or "\\" in text or "\n" in text:
+        raise ValueError("not a relative path")
+    path = PurePosixPath(text)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ValueError("not inside the project")
+    return path.as_posix()
+
+
+ProjectPath = Annotated[
+    str,
+    PlainValidator(_project_path),
+    Allowed(
+        "expected a path relative to the project directory, such as trainer or "
+        "examples/digits (not absolute, no '..')"
+    ),
+]
+Command = Annotated[
+    tuple[str, ...],
+    PlainValidator(_command),
+    Allowed("expected a list of strings, such as [train.py, --epochs, '10'] (not one string)"),
+]
+EnvMap = Annotated[
+    Mapping[str, str],
+    PlainValidator(_env),
+    Allowed("expected an object of variable names to plain values"),
+]
+SecretEnvMap = Annotated[
+    Mapping[str, Any],
+    PlainValidator(_secret_env),
+    Allowed("expected an object of variable names to secrets (pulumi config set --secret --path)"),
+]
+BuildArgs = Annotated[
+    Mapping[str, str],
+    PlainValidator(_build_args),
+    Allowed("expected an object of build argument names to strings"),
+]
+NodeSelector = Annotated[
+    Mapping[str, str],
+    PlainValidator(_node_selector),
+    Allowed("expected an object of node label names to strings"),
+]
+LabelKey = _matching(
+    r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z",
+    "expected a taint key: [prefix/]name, name up to 63 characters of [A-Za-z0-9-_.] starting "
+    "and ending alphanumeric, prefix a DNS subdomain",
+)
+LabelValue = Annotated[
+    str,
+    BeforeValidator(_as_text),
+    StringConstraints(pattern=_LABEL_VALUE.pattern),
+    Allowed(
+        "expected a label value: up to 63 characters of [A-Za-z0-9-_.], empty or starting and "
+        "ending alphanumeric"
+    ),
+]
+# A device plugin's extended resource: `<vendor domain>/<name>` (kubernetes.io and requests.
+# are Kubernetes' own prefixes, never a device's).
+ExtendedResource = _matching(
+    r"^(?!kubernetes\.io/|requests\.)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+"
+    r"/[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z",
+    "expected a device plugin's resource name, <vendor domain>/<name>, such as nvidia.com/gpu, "
+    "nvidia.com/mig-1g.10gb or amd.com/gpu",
+)
+
+
 # A secret pulumi.Output[str] in the program, a plain str (or REDACTED, or None) offline: never
 # validated, shown or serialised, and never read from the registry object (settings.py's
 # parse_settings).

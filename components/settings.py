@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FunctionType
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from annotated_types import Ge, Le
 from pydantic import (
@@ -43,11 +43,19 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from components.setting_values import (
+    APP_DIR,
+    BASE_IMAGE_ARG,
+    REDACTED,
+    SHM_DIR,
     AccessMode,
     Allowed,
     Boolean,
+    BuildArgs,
     CleanPodPolicy,
+    Command,
     DnsLabel,
+    EnvMap,
+    ExtendedResource,
     GroupId,
     ImageBuilder,
     ImagePlatform,
@@ -56,17 +64,25 @@ from components.setting_values import (
     Integer,
     JobApiName,
     JobName,
+    LabelKey,
     Labels,
+    LabelValue,
+    Launcher,
     MountPath,
+    NodeSelector,
     ObjectName,
     Platform,
+    ProjectPath,
     Quantity,
     RegistryServer,
     RestartPolicy,
     RunaiProject,
     Secret,
+    SecretEnvMap,
+    TaintEffect,
     TaskRef,
     Text,
+    TolerationOperator,
     UserId,
     WaitFor,
     is_loopback,
@@ -83,7 +99,8 @@ PROJECT = "pytorch-distributed"
 # defaults, so it is refused.
 PROVIDER_NAMESPACES = ("pulumi", "kubernetes", "docker")
 REPO_ROOT = Path(__file__).resolve().parent.parent
-REDACTED = "<redacted>"
+# The project's trainer: the image's default build context (relative to the project).
+TRAINER_CONTEXT = "trainer"
 PASSWORD_KEY = "registryPassword"
 DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
 TABLE_START = "<!-- settings-table:start (generated: python -m components.settings) -->"
@@ -101,6 +118,11 @@ TRAINER_UID = 10001
 TRAINER_GID = 10001
 # Linux ids are 32-bit; Kubernetes takes runAsUser, runAsGroup and fsGroup up to 2^31 - 1.
 MAX_ID = 2**31 - 1
+# Pulling a multi-GB CUDA image onto fresh GPU nodes takes a while; longer means stuck.
+RUNNING_TIMEOUT_SECONDS = 30 * 60
+# What a pod's GPUs are asked as unless `job.gpuResource` says otherwise (NVIDIA's device plugin).
+GPU_RESOURCE = "nvidia.com/gpu"
+CODE = "the image's code, where the pods start"
 
 
 class SettingsError(ValueError):
@@ -150,10 +172,23 @@ def _default_insecure_registry(data: dict[str, Any]) -> bool:
     return repository is not None and is_loopback(registry_host(repository))
 
 
+def _default_dockerfile(data: dict[str, Any]) -> str:
+    """`<image.context>/Dockerfile`"""
+    return f"{data.get('context', TRAINER_CONTEXT)}/Dockerfile"
+
+
 @dataclass(frozen=True, config=_CONFIG)
 class ImageSettings(_Settings):
     build: Boolean = True
-    """build `trainer/` and push it, or run `image.ref`"""
+    """build `image.context` and push it, or run `image.ref`"""
+    context: ProjectPath = TRAINER_CONTEXT
+    """the directory the image is built from, relative to the project: the project's trainer,
+    or your own code with its Dockerfile (`make local`'s process backend runs a `job.command`
+    there)"""
+    dockerfile: ProjectPath = Field(default_factory=_default_dockerfile)
+    """the Dockerfile it is built with, relative to the project"""
+    build_args: BuildArgs = Field(default_factory=dict)
+    """build arguments (`NAME: value`) besides `BASE_IMAGE`, which is `image.baseImage`"""
     repository: ImageRepository | None = None
     """where the built image is pushed; required when building"""
     insecure_registry: Boolean = Field(default_factory=_default_insecure_registry)
@@ -163,7 +198,8 @@ class ImageSettings(_Settings):
     """`buildkit`, Docker Engine's builder, or `classic`, for an engine without BuildKit's
     session endpoint (podman's Docker-compatible API)"""
     base_image: ImageRef = DEFAULT_BASE_IMAGE
-    """what `trainer/` is built on: any image with torch and numpy"""
+    """the `BASE_IMAGE` build argument, what the image is built on: any image with torch
+    (and numpy, for the trainer)"""
     platform: ImagePlatform = "linux/amd64"
     """the built image's platform"""
     ref: ImageRef | None = None
@@ -174,9 +210,33 @@ class ImageSettings(_Settings):
         """True when `ref` names an immutable digest (the policy pack insists on it for prod)."""
         return self.ref is not None and is_pinned(self.ref)
 
+    @property
+    def trainer_context(self) -> bool:
+        """The image is the project's trainer image (its code under APP_DIR/trainer)."""
+        return self.context == TRAINER_CONTEXT
+
+    @property
+    def build_arguments(self) -> dict[str, str]:
+        """Every build argument the image is built with, `BASE_IMAGE` first."""
+        return {BASE_IMAGE_ARG: self.base_image, **self.build_args}
+
     @model_validator(mode="after")
     def _build_or_ref(self, info: ValidationInfo) -> ImageSettings:
         if info.context is not None:
+            _require(
+                (REPO_ROOT / self.context).is_dir(),
+                "context",
+                self.context,
+                f"no such directory in the project ({REPO_ROOT}): the directory your image is "
+                "built from, relative to the project",
+            )
+            _require(
+                not self.build or (REPO_ROOT / self.dockerfile).is_file(),
+                "dockerfile",
+                self.dockerfile,
+                f"no such file in the project ({REPO_ROOT}): the Dockerfile, relative to the "
+                "project (default <image.context>/Dockerfile)",
+            )
             _require(
                 not self.build or self.repository is not None,
                 "repository",
@@ -263,6 +323,91 @@ class SecurityContextSettings(_Settings):
 
 
 @dataclass(frozen=True, config=_CONFIG)
+class VolumeSettings(_Settings):
+    """An existing claim of the namespace the pods mount besides the checkpoint claim (a data
+    set): never created, changed or deleted by the stack."""
+
+    claim: ObjectName
+    """the PersistentVolumeClaim's name"""
+    mount_path: MountPath
+    """where the pods see it"""
+    read_only: Boolean = True
+    """mount it read-only (unless `false`: the pods may change the data)"""
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class TolerationSettings(_Settings):
+    """A toleration of the pods, in Kubernetes' own shape: it lets them onto nodes whose taints
+    it matches."""
+
+    key: LabelKey | None = None
+    """the taint's key (none, with `operator: Exists`: every taint)"""
+    operator: TolerationOperator = "Equal"
+    """`Equal` matches the taint's value, `Exists` any value"""
+    value: LabelValue | None = None
+    """the taint's value (`Equal` only)"""
+    effect: TaintEffect | None = None
+    """the taint's effect it tolerates (none: every effect)"""
+    toleration_seconds: Integer | None = Field(None, ge=0)
+    """`NoExecute` only: how long a pod stays on a node once the taint appears"""
+
+    @model_validator(mode="after")
+    def _kubernetes_rules(self, info: ValidationInfo) -> TolerationSettings:
+        if info.context is None:
+            return self
+        _require(
+            self.key is not None or self.operator == "Exists",
+            "key",
+            None,
+            "a toleration names the taint's key (or says operator: Exists, which tolerates "
+            "every taint)",
+        )
+        _require(
+            self.operator == "Equal" or self.value is None,
+            "value",
+            self.value,
+            "operator: Exists matches any value: leave value out",
+        )
+        _require(
+            self.toleration_seconds is None or self.effect == "NoExecute",
+            "tolerationSeconds",
+            self.toleration_seconds,
+            "only with effect: NoExecute (how long a pod stays once such a taint appears)",
+        )
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        """The toleration as the pod spec has it (Kubernetes' field names, only those set)."""
+        fields = {
+            "key": self.key,
+            "operator": self.operator,
+            "value": self.value,
+            "effect": self.effect,
+            "tolerationSeconds": self.toleration_seconds,
+        }
+        return {name: value for name, value in fields.items() if value is not None}
+
+
+# The keys only the project's trainer reads: its command line's (components/manifests.py's
+# TRAINER_ARGUMENTS, which a test holds to this list). A job.command of your own takes its own
+# arguments, so they are refused beside it.
+TRAINER_KEYS = (
+    "batchSize",
+    "totalEpochs",
+    "saveEvery",
+    "datasetSize",
+    "task",
+    "initFrom",
+    "saveEverySteps",
+)
+
+
+def _shadows(path: str, other: str) -> bool:
+    """Mounting at `path` hides `other`, or is hidden by it: the same, or one inside the other."""
+    return path == other or path.startswith(other + "/") or other.startswith(path + "/")
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class JobSettings(_Settings):
     name: JobName = "pytorch-ddp"
     """names the job, its pods, the claim and the pull secret"""
@@ -309,6 +454,10 @@ class JobSettings(_Settings):
     wait_for: WaitFor = "created"
     """what `pulumi up` waits for: nothing, the job's creation, its Running condition, or its
     end (Succeeded); with `running` and `succeeded` a job that fails fails `pulumi up`"""
+    running_timeout_seconds: Integer = Field(RUNNING_TIMEOUT_SECONDS, ge=1)
+    """with `waitFor: running`: how long `pulumi up` waits for the job to run before it fails,
+    naming what each pod waits for (its image, a node it may run on: a taint it does not
+    tolerate, a node selector no node matches)"""
     ttl_seconds_after_finished: Integer | None = Field(None, ge=0)
     """the operator deletes the finished job after this many seconds (unset: never)"""
     active_deadline_seconds: Integer | None = Field(default_factory=_default_active_deadline, ge=1)
@@ -326,6 +475,57 @@ class JobSettings(_Settings):
     run_as_root: Boolean = False
     """run the pods as root (uid 0) instead of `job.securityContext.runAsUser`, for an image that
     needs it: Pod Security "restricted" refuses such pods, and the policy pack flags it"""
+    # Issue 30: your code, your data, your cluster's rules.
+    command: Command | None = None
+    """what each pod runs instead of the project's trainer: under `torchrun` (one process per
+    GPU, its rendezvous from the job's controller), e.g. `[train.py, --epochs, '10']`, or the
+    whole command with `job.launcher: none`; the pods get `CHECKPOINT_DIR`, `JOB_NAME` and
+    `STACK_NAME` (README, "Your own code")"""
+    launcher: Launcher = "torchrun"
+    """`torchrun` starts `job.command`; `none` runs it as the container's command (it starts
+    torchrun itself, e.g. `[bash, run.sh]`)"""
+    env: EnvMap = Field(default_factory=dict)
+    """environment variables (`NAME: value`) of the training container, in plain text"""
+    secret_env: SecretEnvMap = Field(default_factory=dict, repr=False)
+    """environment variables whose values are secrets of the stack's config (`pulumi config set
+    --secret --path job.secretEnv.NAME`), kept in a Secret the stack owns (`<job>-env`) and read
+    through `secretKeyRef`: never in plain text in the manifests, state, outputs or render"""
+    volumes: Annotated[
+        tuple[VolumeSettings, ...],
+        Allowed("expected a list of objects with keys claim, mountPath, readOnly"),
+    ] = ()
+    """existing claims the pods mount besides the checkpoint claim (data sets), each
+    `{claim, mountPath, readOnly}`"""
+    node_selector: NodeSelector = Field(default_factory=dict)
+    """node labels (`name: value`) the pods' nodes must have"""
+    tolerations: Annotated[
+        tuple[TolerationSettings, ...],
+        Allowed(
+            "expected a list of objects with keys key, operator, value, effect, tolerationSeconds"
+        ),
+    ] = ()
+    """the pods' tolerations, each `{key, operator, value, effect, tolerationSeconds}` as in
+    Kubernetes, for tainted (GPU) nodes"""
+    priority_class_name: ObjectName | None = None
+    """the pods' PriorityClass (`trainjob`: not with `job.clusterRuntime`, whose runtime decides
+    it)"""
+    gpu_resource: ExtendedResource = GPU_RESOURCE
+    """the resource each pod asks `job.gpusPerNode` of (a MIG slice, another vendor's GPU); the
+    policy pack compares it with the processes per node"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trainer_keys_only_for_the_trainer(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and data.get("command") is not None:
+            for key in TRAINER_KEYS:
+                if data.get(key) is not None:
+                    raise refusal(
+                        key,
+                        data[key],
+                        "only the project's trainer reads it, and job.command runs your own "
+                        "code: pass your script its own arguments in job.command",
+                    )
+        return data
 
     @model_validator(mode="after")
     def _keys_fit_together(self, info: ValidationInfo) -> JobSettings:
@@ -345,6 +545,45 @@ class JobSettings(_Settings):
             self.cluster_runtime,
             "only allowed with job.api: trainjob (a PyTorchJob runs on no runtime)",
         )
+        _require(
+            self.launcher == "torchrun" or self.command is not None,
+            "launcher",
+            self.launcher,
+            "launcher: none runs job.command as the container's command: set job.command too",
+        )
+        if both := sorted(set(self.env) & set(self.secret_env)):
+            raise refusal(
+                f"secretEnv.{both[0]}", REDACTED, f"{both[0]} is in job.env too: keep it in one"
+            )
+        # A TrainJob's runtime patch has no priorityClassName: the stack's runtime carries it.
+        _require(
+            self.priority_class_name is None or self.cluster_runtime is None,
+            "priorityClassName",
+            self.priority_class_name,
+            "not with job.clusterRuntime: a TrainJob's pods get their priority class from the "
+            "runtime, and the cluster's runtime is not the stack's to change",
+        )
+        for index, volume in enumerate(self.volumes):
+            for other in self.volumes[:index]:
+                _require(
+                    not _shadows(volume.mount_path, other.mount_path),
+                    f"volumes[{index}].mountPath",
+                    volume.mount_path,
+                    f"{other.mount_path} (claim {other.claim}) is mounted there or around it",
+                )
+            for reserved, what in ((SHM_DIR, "the pods' shared memory"), (APP_DIR, CODE)):
+                _require(
+                    not _shadows(volume.mount_path, reserved),
+                    f"volumes[{index}].mountPath",
+                    volume.mount_path,
+                    f"it would shadow {reserved} ({what}) or sit inside it",
+                )
+            _require(
+                not _shadows(volume.mount_path, "/dev"),
+                f"volumes[{index}].mountPath",
+                volume.mount_path,
+                "not /dev or inside it (the pods' devices and shared memory)",
+            )
         # Trainer v2.3.0's torch plugin sets a fixed PET_NNODES and no rendezvous of its own:
         # elastic PyTorch waits for JobSet to support elastic jobs (a TODO in its torch.go).
         _require(
@@ -378,6 +617,11 @@ class JobSettings(_Settings):
             "job.maxRestarts unset",
         )
         return self
+
+    @property
+    def runs_trainer(self) -> bool:
+        """The pods run the project's trainer (no `job.command`)."""
+        return self.command is None
 
     @property
     def run_as_user(self) -> int:
@@ -428,11 +672,19 @@ class StackSettings(_Settings):
     registry: RegistrySettings | None = None
     checkpoints: CheckpointSettings = Field(default_factory=dict, validate_default=True)
     job: JobSettings = Field(default_factory=dict, validate_default=True)
+    # The stack's name, which the pods are told (STACK_NAME): not a config key, given by whoever
+    # reads the config (the program, the offline tools), as the registry password is.
+    stack_name: str | None = Field(None, exclude=True)
 
     @property
     def checkpoint_dir(self) -> str:
         """Each job gets its own directory on the shared claim, so runs never mix snapshots."""
         return f"{self.checkpoints.mount_path}/{self.job.name}"
+
+    @property
+    def checkpoint_claim(self) -> str:
+        """The checkpoint claim's name: the existing one, or the stack's `<job>-checkpoints`."""
+        return self.checkpoints.existing_claim or f"{self.job.name}-checkpoints"
 
     @model_validator(mode="after")
     def _across_objects(self, info: ValidationInfo) -> StackSettings:
@@ -470,6 +722,21 @@ class StackSettings(_Settings):
             f"ReadWriteOncePod lets one pod mount the claim but job.nodes is {self.job.nodes}; "
             "use ReadWriteMany (or ReadWriteOnce, which co-locates the pods on one node)",
         )
+        mount = self.checkpoints.mount_path
+        for index, volume in enumerate(self.job.volumes):
+            _require(
+                volume.claim != self.checkpoint_claim,
+                f"job.volumes[{index}].claim",
+                volume.claim,
+                f"this is the checkpoint claim, mounted at {mount} already",
+            )
+            _require(
+                not _shadows(volume.mount_path, mount),
+                f"job.volumes[{index}].mountPath",
+                volume.mount_path,
+                f"it would shadow the checkpoint claim's {mount} (checkpoints.mountPath) or sit "
+                "inside it",
+            )
         # A path on the claim (the only storage the pods share), and not this job's own
         # directory: a warm start is a new run with a directory of its own.
         if (init_from := self.job.init_from) is not None:
@@ -514,13 +781,16 @@ OBJECT_KEYS: tuple[str, ...] = tuple(
 
 def _allowed(info: FieldInfo) -> str:
     """What a key accepts: its type's Allowed words (or a Literal's choices), plus its bounds."""
-    metadata, pending = list(info.metadata), [info.annotation]
+    metadata, pending, choices = list(info.metadata), [info.annotation], []
     while pending:  # Annotated types nested in `X | None` keep their metadata there
         annotation = pending.pop()
         metadata += getattr(annotation, "__metadata__", ())
-        pending += get_args(annotation) if get_origin(annotation) is not Literal else ()
+        if get_origin(annotation) is Literal:
+            choices += get_args(annotation)
+        else:
+            pending += get_args(annotation)
     words = [str(item) for item in metadata if isinstance(item, Allowed)]
-    words = words or [f"expected one of {', '.join(get_args(info.annotation))}"]
+    words = words or [f"expected one of {', '.join(choices)}"]
     bounds = [f">= {item.ge}" for item in metadata if isinstance(item, Ge)]
     bounds += [f"<= {item.le}" for item in metadata if isinstance(item, Le)]
     return " ".join([words[0], " and ".join(bounds)]).strip()
@@ -532,35 +802,60 @@ def _config_error(key: str, value: Any, allowed: str) -> SettingsError:
     return SettingsError(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
 
 
+def _is_list(annotation: Any) -> bool:
+    """A key whose value is a list (of objects: job.volumes, job.tolerations)."""
+    return get_origin(annotation) is tuple
+
+
+def _key_text(loc: list[Any]) -> str:
+    """A location as a person writes the key: `job.volumes[0].mountPath`."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f"{'.' if text else ''}{part}"
+    return text
+
+
 def _settings_error(error: ValidationError) -> SettingsError:
     """Pydantic's first error as the one line the CLI prints, worded from the declarations."""
     first = error.errors(include_url=False)[0]
-    loc = [str(part) for part in first["loc"]]
+    loc = list(first["loc"])
     if first["type"] == "settings":
         context = first.get("ctx") or {}
-        return _config_error(".".join([*loc, context["key"]]), context["value"], context["allowed"])
+        return _config_error(
+            _key_text([*loc, context["key"]]), context["value"], context["allowed"]
+        )
     section: Any = StackSettings
     info: FieldInfo | None = None
+    listed: FieldInfo | None = None  # the list key the location is at, not yet in an item
     for part in loc:
-        if (info := _config_fields(section).get(part)) is None:  # not a key: pydantic's words
-            return _config_error(".".join(loc), first["input"], first["msg"])
+        if isinstance(part, int) and listed is not None:  # an item of the list: an object
+            listed = None
+            continue
+        if (info := _config_fields(section).get(str(part))) is None:  # pydantic's words
+            return _config_error(_key_text(loc), first["input"], first["msg"])
         if inner := _object_type(info.annotation):
+            listed = info if _is_list(info.annotation) else None
             section, info = inner, None
-    key = ".".join(loc)
+    key = _key_text(loc)
+    if listed is not None:
+        return _config_error(key, first["input"], _allowed(listed))
     if info is None:
         keys = ", ".join(_config_fields(section))
         return _config_error(key, first["input"], f"expected an object with keys {keys}")
     if first["type"] == "missing":
-        owner = ".".join(loc[:-1])
+        owner = _key_text(loc[:-1])
         return _config_error(key, None, f"required when {owner} is set; {_allowed(info)}")
     return _config_error(key, first["input"], _allowed(info))
 
 
-def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackSettings:
+def parse_settings(
+    values: Mapping[str, Any], *, password: Any = None, stack: str | None = None
+) -> StackSettings:
     """Validate config `values` (keys without the project prefix) into StackSettings.
 
     `password` is the `registryPassword` secret, passed separately because the program holds it
-    as a secret Output and the offline tools hold REDACTED or nothing.
+    as a secret Output and the offline tools hold REDACTED or nothing. `stack` is the stack's
+    name, which the pods are told.
     """
     if PASSWORD_KEY in values:
         raise _config_error(
@@ -572,6 +867,8 @@ def parse_settings(values: Mapping[str, Any], *, password: Any = None) -> StackS
         settings = _STACK.validate_python(values, context=_FROM_CONFIG)
     except ValidationError as error:
         raise _settings_error(error) from None
+    if stack is not None:
+        settings = dataclasses.replace(settings, stack_name=stack)
     if settings.registry is not None:
         registry = dataclasses.replace(settings.registry, password=password)
         return dataclasses.replace(settings, registry=registry)
@@ -636,9 +933,21 @@ def load_stack_file(stack: str, root: Path = REPO_ROOT) -> StackSettings:
     if password is not None:
         password = REDACTED
     for key, value in list(values.items()):
-        if isinstance(value, Mapping) and set(value) == {"secure"}:
+        if _is_secure(value):
             values[key] = REDACTED
-    return parse_settings(values, password=password)
+    job = values.get("job")
+    if isinstance(job, Mapping) and isinstance(job.get("secretEnv"), Mapping):
+        secret_env = {
+            name: REDACTED if _is_secure(value) else value
+            for name, value in job["secretEnv"].items()
+        }
+        values["job"] = {**job, "secretEnv": secret_env}
+    return parse_settings(values, password=password, stack=stack)
+
+
+def _is_secure(value: Any) -> bool:
+    """A value `pulumi config set --secret` wrote: its ciphertext, `{secure: ...}`."""
+    return isinstance(value, Mapping) and set(value) == {"secure"}
 
 
 def stack_names(root: Path = REPO_ROOT) -> list[str]:
@@ -664,7 +973,9 @@ def load_settings() -> StackSettings:
         values = _project_values(_runtime_config(), "stack config")
         values.pop(PASSWORD_KEY, None)
         password = config.get_secret(PASSWORD_KEY)
-        settings = parse_settings(values, password=password)
+        settings = parse_settings(
+            _secret_env_as_secrets(values), password=password, stack=pulumi.get_stack()
+        )
         if settings.registry is not None and password is None:
             raise _config_error(
                 PASSWORD_KEY,
@@ -676,6 +987,24 @@ def load_settings() -> StackSettings:
     return settings
 
 
+def _secret_env_as_secrets(values: dict[str, Any]) -> dict[str, Any]:
+    """`job.secretEnv`'s values as secret Outputs, when the engine says the config holds them as
+    secrets. The engine decrypts config for the program and marks secret whole keys only (the
+    `job` object, when `pulumi config set --secret --path` put a secret inside it): a job object
+    that is not secret holds no secret at all, and its values stay plain, which parse_settings
+    refuses. (The offline tools see each value's ciphertext, so they check every one.)"""
+    import pulumi
+    import pulumi.runtime.config as runtime_config
+
+    job = values.get("job")
+    if not isinstance(job, Mapping) or not isinstance(job.get("secretEnv"), Mapping):
+        return values
+    if not runtime_config.is_config_secret(f"{PROJECT}:job"):
+        return values
+    secret_env = {name: pulumi.Output.secret(value) for name, value in job["secretEnv"].items()}
+    return {**values, "job": {**job, "secretEnv": secret_env}}
+
+
 def job_key(attribute: str) -> str | None:
     """The config key of a `JobSettings` attribute (`dataset_size` -> `job.datasetSize`)."""
     info = _config_fields(StackSettings)["job"]
@@ -685,14 +1014,19 @@ def job_key(attribute: str) -> str | None:
 
 
 def _declared_keys() -> Iterator[tuple[str, FieldInfo]]:
-    """Every key in declaration order, each object's keys after its name, the secret top-level."""
+    """Every key in declaration order, each object's keys after its name, the secret top-level;
+    a list of objects (job.volumes) is its own row, then its items' keys (`job.volumes[].claim`)."""
     for key, info in _config_fields(StackSettings).items():
         if (section := _object_type(info.annotation)) is None:
             yield key, info
         for field in getattr(section, "__pydantic_fields__", {}).values():
             if (inner := _object_type(field.annotation)) is not None:  # job.elastic
+                prefix = f"{key}.{field.alias}"
+                if _is_list(field.annotation):
+                    yield prefix, field
+                    prefix += "[]"
                 for nested in _config_fields(inner).values():
-                    yield f"{key}.{field.alias}.{nested.alias}", nested
+                    yield f"{prefix}.{nested.alias}", nested
                 continue
             yield (field.alias if field.exclude else f"{key}.{field.alias}"), field
 

@@ -10,6 +10,7 @@ from typing import Any
 from components.job_apis import api_of_settings
 from components.manifests import (
     checkpoint_claim_manifest,
+    environment_secret_manifest,
     registry_secret_manifest,
     resource_names,
 )
@@ -25,13 +26,15 @@ class StackObjects:
     job: dict[str, Any]
     # The TrainingRuntime a TrainJob runs on, when the stack declares it.
     runtime: dict[str, Any] | None = None
+    # The Secret holding `job.secretEnv`'s values, when there are any.
+    env_secret: dict[str, Any] | None = None
 
     def in_apply_order(self) -> list[dict[str, Any]]:
-        """The job pulls with the Secret, mounts the claim and runs on its runtime, so they all
-        come before it."""
+        """The job pulls with the Secret, reads its environment's Secret, mounts the claim and
+        runs on its runtime, so they all come before it."""
         return [
             manifest
-            for manifest in (self.pull_secret, self.claim, self.runtime, self.job)
+            for manifest in (self.pull_secret, self.env_secret, self.claim, self.runtime, self.job)
             if manifest is not None
         ]
 
@@ -60,4 +63,6 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
         ),
         job=api.job_manifest(settings, image=image),
         runtime=api.runtime_manifest(settings),
+        # The values are the settings' own: the program's secret Outputs, the offline REDACTED.
+        env_secret=environment_secret_manifest(settings),
     )

@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 from pydantic.alias_generators import to_camel
 
 from components.checkpoint_volume import CheckpointVolume
+from components.environment_secret import EnvironmentSecret
 from components.job_apis import JobApi, api_of_settings
 from components.manifests import resource_names
 from components.registry_credential import RegistryCredential
@@ -111,8 +112,8 @@ def stack_outputs(
 
 
 class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, RegistryCredential, CheckpointVolume and the job: the component of
-    the job API `job.api` names (a PyTorchJob or a TrainJob)."""
+    """Composes TrainingImage, RegistryCredential, EnvironmentSecret, CheckpointVolume and the
+    job: the component of the job API `job.api` names (a PyTorchJob or a TrainJob)."""
 
     outputs: StackOutputs
 
@@ -157,8 +158,8 @@ class TrainingEnvironment(pulumi.ComponentResource):
     def _create_children(
         name: str, settings: StackSettings, child: pulumi.ResourceOptions
     ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
-        """The image, the pull secret, the claim and the job; returns the image reference, the
-        claim's name and the job's name."""
+        """The image, the pull secret, the environment's secret, the claim and the job; returns
+        the image reference, the claim's name and the job's name."""
         image = TrainingImage(f"{name}-image", settings.image, settings.registry, opts=child)
         registry = settings.registry
         objects = stack_objects(
@@ -171,6 +172,10 @@ class TrainingEnvironment(pulumi.ComponentResource):
         if objects.pull_secret is not None:
             job_dependencies.append(
                 RegistryCredential(f"{name}-registry", objects.pull_secret, opts=child)
+            )
+        if objects.env_secret is not None:
+            job_dependencies.append(
+                EnvironmentSecret(f"{name}-environment", objects.env_secret, opts=child)
             )
         volume = CheckpointVolume(
             f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child

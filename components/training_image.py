@@ -1,4 +1,9 @@
-"""TrainingImage: the trainer image, built and pushed with pulumi-docker, referenced by digest.
+"""TrainingImage: the job's image, built and pushed with pulumi-docker, referenced by digest.
+
+What is built: `image.context` (the project's `trainer/` by default, or a directory of your own
+code) with `image.dockerfile` and `image.buildArgs` plus `BASE_IMAGE`. Whatever the context, the
+digest pin, the push and the removal of the build's leftovers (components/build_leftovers.py)
+are the same.
 
 Why a digest: the PyTorchJob must run exactly the bytes this stack built. A tag can be moved by
 the next push; `repo@sha256:...` cannot, and a new digest is what makes the job's spec change (and
@@ -15,6 +20,7 @@ tag is the one digest a node can pull, whatever the engine.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import pulumi
@@ -22,18 +28,21 @@ import pulumi_docker as docker
 
 from components.build_leftovers import BuildLeftovers
 from components.setting_values import registry_host
-from components.settings import REPO_ROOT, ImageSettings, RegistrySettings
+from components.settings import REPO_ROOT, TRAINER_CONTEXT, ImageSettings, RegistrySettings
 
-TRAINER_DIR = REPO_ROOT / "trainer"
-# Relative to the project directory, where Pulumi runs the program: state then holds the same
-# paths on every checkout, so a different clone path never shows up as a diff.
-BUILD_CONTEXT = "trainer"
-_SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
+TRAINER_DIR = REPO_ROOT / TRAINER_CONTEXT
+_SKIPPED_PARTS = {"__pycache__", ".pytest_cache", ".git"}
 BUILDER_VERSIONS = {"buildkit": "BuilderBuildKit", "classic": "BuilderV1"}
 
 
-def context_tag(context: Path = TRAINER_DIR) -> str:
-    """A tag derived from the build context's files, so each distinct trainer gets its own tag."""
+def context_tag(
+    context: Path = TRAINER_DIR,
+    dockerfile: Path | None = None,
+    build_args: Mapping[str, str] | None = None,
+) -> str:
+    """A tag derived from what the build reads: the context's files, the Dockerfile when it
+    lies outside the context, and the build arguments besides BASE_IMAGE; so each distinct
+    image gets its own tag (the trainer's context alone, for the project's image)."""
     digest = hashlib.sha256()
     if context.is_dir():
         for path in sorted(context.rglob("*")):
@@ -42,6 +51,10 @@ def context_tag(context: Path = TRAINER_DIR) -> str:
                 digest.update(b"\0")
                 digest.update(path.read_bytes())
                 digest.update(b"\0")
+    if dockerfile is not None and dockerfile.is_file() and not dockerfile.is_relative_to(context):
+        digest.update(b"dockerfile\0" + dockerfile.read_bytes() + b"\0")
+    for name, value in sorted((build_args or {}).items()):
+        digest.update(f"arg\0{name}\0{value}\0".encode())
     return "ctx-" + digest.hexdigest()[:12]
 
 
@@ -72,7 +85,8 @@ def registry_auth(
 
 
 class TrainingImage(pulumi.ComponentResource):
-    """Builds `trainer/` (or passes `image.ref` through) and exposes the pinned image reference.
+    """Builds `image.context` (or passes `image.ref` through) and exposes the pinned image
+    reference.
 
     The Docker provider comes from the parent's `providers`, configured with `registry_auth`.
     """
@@ -110,14 +124,18 @@ class TrainingImage(pulumi.ComponentResource):
                 username=registry.username,
                 password=pulumi.Output.secret(registry.password),
             )
+        tag = context_tag(REPO_ROOT / image.context, REPO_ROOT / image.dockerfile, image.build_args)
         built = docker.Image(
             f"{name}-image",
-            image_name=f"{image.repository}:{context_tag()}",
+            image_name=f"{image.repository}:{tag}",
             build=docker.DockerBuildArgs(
-                context=BUILD_CONTEXT,
-                dockerfile=f"{BUILD_CONTEXT}/Dockerfile",
+                # Relative to the project directory, where Pulumi runs the program: state then
+                # holds the same paths on every checkout, so a different clone path never shows
+                # up as a diff.
+                context=image.context,
+                dockerfile=image.dockerfile,
                 platform=image.platform,
-                args={"BASE_IMAGE": image.base_image},
+                args=image.build_arguments,
                 builder_version=BUILDER_VERSIONS[image.builder],
             ),
             registry=registry_args,

@@ -260,11 +260,15 @@ def stack_config(
     overrides: Mapping[str, Any] | None = None,
     secrets: Mapping[str, str] | None = None,
     root: Path = REPO_ROOT,
+    secret_paths: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """The config map and secret keys the CLI would hand the program for this stack file.
 
     `overrides` use keys without the project prefix and deep-merge into objects (None deletes a
-    key); `secrets` are plain values the CLI would have decrypted, marked secret.
+    key); `secrets` are plain values the CLI would have decrypted, marked secret. `secret_paths`
+    are what `pulumi config set --secret --path KEY.PATH VALUE` stores inside an object
+    (`job.secretEnv.HF_TOKEN`): the CLI hands the object over decrypted and marks its whole
+    top-level key secret.
     """
     path = Path(stack) if isinstance(stack, Path) else root / f"Pulumi.{stack}.yaml"
     document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -277,10 +281,17 @@ def stack_config(
         else:
             foreign[key] = value
     values = _deep_merge(values, overrides or {})
+    secret_keys = []
+    for path, secret in (secret_paths or {}).items():
+        top, *inner = path.split(".")
+        nested: Any = secret
+        for part in reversed(inner):
+            nested = {part: nested}
+        values = _deep_merge(values, {top: nested})
+        secret_keys.append(f"{PROJECT}:{top}")
     config: dict[str, str] = {}
     for key, value in {**foreign, **{f"{PROJECT}:{k}": v for k, v in values.items()}}.items():
         config[key] = value if isinstance(value, str) else json.dumps(value)
-    secret_keys = []
     for key, value in (secrets or {}).items():
         full_key = f"{PROJECT}:{key}"
         config[full_key] = value
@@ -302,9 +313,10 @@ def run_program(
     secrets: Mapping[str, str] | None = None,
     preview: bool = False,
     program: Path = REPO_ROOT / "__main__.py",
+    secret_paths: Mapping[str, str] | None = None,
 ) -> ProgramResult:
     """Run `program` for `stack` under mocks; return what it registered, exported or raised."""
-    config, secret_keys = stack_config(stack, overrides, secrets)
+    config, secret_keys = stack_config(stack, overrides, secrets, secret_paths=secret_paths)
     stack_name = Path(stack).stem.split(".")[-1] if isinstance(stack, Path) else stack
     # A fresh context: Pulumi keeps its config, root resource and settings in ContextVars.
     return contextvars.Context().run(

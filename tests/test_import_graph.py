@@ -45,6 +45,7 @@ LAYERS = (
             "components.training_image",
             "components.checkpoint_volume",
             "components.registry_credential",
+            "components.environment_secret",
             "components.pytorch_job",
             "components.train_job",
         ),

@@ -20,8 +20,15 @@ readable by all, in directories of the claim's fsGroup). A claim written by some
 older run as root, another image's user) must be readable by that user: when it is not, the tool
 says so in one line with the file it could not read and what to set.
 
-Exit codes: 0 copied and verified; 1 the copy failed or does not match the manifest; 2 the stack,
-the claim or a flag is wrong (nothing was created); 130/143 interrupted.
+A `job.command` of your own writes what it likes to the job's directory (`CHECKPOINT_DIR`):
+with the trainer's `manifest.json` there, the copy is the trainer's and verified; without one,
+the directory is copied whole, as it is, and the tool says so (nothing tells which file is a
+checkpoint, or whether it is whole). The job's image is then yours (`ls` and `tar` are all the
+reader runs in it).
+
+Exit codes: 0 copied (and verified, where the manifest is); 1 the copy failed or does not match
+the manifest; 2 the stack, the claim or a flag is wrong (nothing was created); 130/143
+interrupted.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -76,7 +83,7 @@ class Reader:
     image: str
     pull_secret: str | None
     node: str | None
-    trainer_image: bool  # the job's own image, which has `python -m trainer.checkpoint`
+    trainer_image: bool  # the job's own trainer image, which has `python -m trainer.checkpoint`
 
 
 class Cluster:
@@ -170,7 +177,8 @@ def plan_reader(settings: StackSettings, cluster: Cluster, image: str | None) ->
         image=image or job_image or "",
         pull_secret=pull_secret,
         node=node,
-        trainer_image=image is None,
+        # The job's own image has the trainer's inspector when the job runs the trainer.
+        trainer_image=image is None and settings.job.runs_trainer,
     )
 
 
@@ -385,6 +393,23 @@ def unreadable(settings: StackSettings, stderr: str) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class Copied:
+    """What `retrieve` copied: the checkpoints, each verified against the trainer's manifest, or
+    (no manifest: a command of your own wrote the directory) its entries as they were."""
+
+    paths: list[Path]
+    verified: bool
+
+
+class RunReader(Protocol):
+    """What `copy_run` needs of the reader pod: a command's result, and a streamed copy."""
+
+    def run(self, command: list[str]) -> tuple[int, str, str]: ...
+
+    def copy_out(self, directory: str, files: Sequence[str], out: Path) -> None: ...
+
+
 def retrieve(
     settings: StackSettings,
     out: Path,
@@ -393,59 +418,70 @@ def retrieve(
     every: bool = False,
     image: str | None = None,
     say: Any = print,
-) -> list[Path]:
-    """Copy the selected checkpoints, manifest and metrics to `out`; return the copied
-    checkpoints, each verified against the manifest by the trainer's own store. An API server
-    that cannot be reached or refuses is a RetrieveError (exit code 2) naming it."""
+) -> Copied:
+    """Copy the run's directory from the claim to `out` through a reader pod (see `copy_run`).
+    An API server that cannot be reached or refuses is a RetrieveError (exit code 2) naming it."""
     from kubernetes.client import ApiException
     from urllib3.exceptions import HTTPError
 
     cluster = Cluster(settings)
     try:
-        return _retrieve(settings, cluster, out, epoch=epoch, every=every, image=image, say=say)
+        reader = plan_reader(settings, cluster, image)
+        with ReaderPod(cluster, settings, reader) as pod:
+            say(f"reader pod {pod.name} mounts claim {resource_names(settings).claim} read-only")
+            return copy_run(
+                pod, settings, out, epoch=epoch, every=every, describe=reader.trainer_image, say=say
+            )
     except (ApiException, HTTPError) as error:
         raise RetrieveError(describe_api_error(error, cluster.api), 2) from None
 
 
-def _retrieve(
+def copy_run(
+    pod: RunReader,
     settings: StackSettings,
-    cluster: Cluster,
     out: Path,
     *,
-    epoch: int | None,
-    every: bool,
-    image: str | None,
-    say: Any,
-) -> list[Path]:
+    epoch: int | None = None,
+    every: bool = False,
+    describe: bool = False,
+    say: Any = print,
+) -> Copied:
+    """Copy the selected checkpoints, manifest and metrics of the job's directory on the claim
+    (`CHECKPOINT_DIR`) to `out`, each checkpoint verified against the manifest by the trainer's
+    own store; `describe`: print what the image's `python -m trainer.checkpoint` says first.
+    A directory without the trainer's manifest (a `job.command` of your own wrote it) is copied
+    whole, as it is, and said to be unverified: nothing tells which of its files is what."""
     from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
     from trainer.metrics import METRICS_NAME
 
-    reader = plan_reader(settings, cluster, image)
     directory = settings.checkpoint_dir
-    with ReaderPod(cluster, settings, reader) as pod:
-        say(f"reader pod {pod.name} mounts claim {resource_names(settings).claim} read-only")
-        listed = pod.run(["ls", "-1", "--", directory])
-        if listed[0] != 0 or MANIFEST_NAME not in listed[1].split():
-            raise RetrieveError(
-                unreadable(settings, listed[2])
-                or f"no committed checkpoint in {directory} on the claim yet"
-            )
-        if reader.trainer_image:
-            code, described, err = pod.run(["python3", "-m", "trainer.checkpoint", directory])
-            if code != 0:
-                last = err.strip().splitlines()[-1] if err.strip() else "failed"
-                raise RetrieveError(unreadable(settings, err) or last)
-            say(described.strip())
-        out.mkdir(parents=True, exist_ok=True)
-        extras = [name for name in (MANIFEST_NAME, METRICS_NAME) if name in listed[1].split()]
-        pod.copy_out(directory, extras, out)
-        copies = CheckpointStore(out)
-        try:
-            entries = copies.manifest()
-        except CheckpointError as error:
-            raise RetrieveError(str(error)) from None
-        chosen = select_entries(entries, epoch=epoch, every=every)
-        pod.copy_out(directory, [entry.file for entry in chosen], out)
+    code, listing, err = pod.run(["ls", "-1", "-A", "--", directory])
+    names = listing.splitlines()
+    if code != 0 or not names:
+        nothing = (
+            f"no committed checkpoint in {directory} on the claim yet"
+            if settings.job.runs_trainer
+            else f"nothing in {directory} on the claim yet (job.command writes $CHECKPOINT_DIR)"
+        )
+        raise RetrieveError(unreadable(settings, err) or nothing)
+    if MANIFEST_NAME not in names:
+        return _copy_unverified(pod, directory, names, out, epoch=epoch, say=say)
+    if describe:
+        code, described, err = pod.run(["python3", "-m", "trainer.checkpoint", directory])
+        if code != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else "failed"
+            raise RetrieveError(unreadable(settings, err) or last)
+        say(described.strip())
+    out.mkdir(parents=True, exist_ok=True)
+    extras = [name for name in (MANIFEST_NAME, METRICS_NAME) if name in names]
+    pod.copy_out(directory, extras, out)
+    copies = CheckpointStore(out)
+    try:
+        entries = copies.manifest()
+    except CheckpointError as error:
+        raise RetrieveError(str(error)) from None
+    chosen = select_entries(entries, epoch=epoch, every=every)
+    pod.copy_out(directory, [entry.file for entry in chosen], out)
     copied = []
     for entry in chosen:
         try:
@@ -455,7 +491,35 @@ def _retrieve(
         where = copies.storage.location_of(entry.file)
         say(f"{where}: epoch {entry.epochs_completed}, sha256 {entry.sha256} verified")
         copied.append(out / entry.file)
-    return copied
+    return Copied(copied, verified=True)
+
+
+def _copy_unverified(
+    pod: RunReader,
+    directory: str,
+    names: list[str],
+    out: Path,
+    *,
+    epoch: int | None,
+    say: Any,
+) -> Copied:
+    """Everything in `directory`, as it is: what a command of your own wrote there."""
+    from trainer.checkpoint import MANIFEST_NAME
+
+    if epoch is not None:
+        raise RetrieveError(
+            f"--epoch = {epoch}: {directory} has no {MANIFEST_NAME}, the trainer's list of "
+            "checkpoints by epoch (job.command wrote it): leave --epoch out to copy all of it",
+            2,
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    pod.copy_out(directory, names, out)
+    say(
+        f"{directory} has no {MANIFEST_NAME} (the trainer's, against which each checkpoint is "
+        f"verified): copied its {len(names)} entr{'y' if len(names) == 1 else 'ies'} as they "
+        f"are, unverified: {', '.join(names)}"
+    )
+    return Copied([out / name for name in names], verified=False)
 
 
 class Terminated(BaseException):
@@ -495,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_stack_file(args.stack, args.stack_dir)
         with sigterm_as_interrupt():
-            retrieve(settings, out, epoch=args.epoch, every=args.all, image=args.image)
+            copied = retrieve(settings, out, epoch=args.epoch, every=args.all, image=args.image)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -506,7 +570,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, Terminated) as stop:
         print("interrupted: the reader pod was deleted", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
-    print(f"copied to {out}: python -m trainer.plot {shlex.quote(str(out))} draws the loss curve")
+    if copied.verified:
+        plot = f"python -m trainer.plot {shlex.quote(str(out))} draws the loss curve"
+        print(f"copied to {out}: {plot}")
+    else:
+        print(f"copied to {out}")
     return 0
 
 

@@ -2,7 +2,7 @@
 trained for real.
 
     python -m tools.run_local --stack dev [--checkpoint-root DIR] [--epochs N] [--save-every K]
-                              [--dataset-size N]
+                              [--dataset-size N] [--volume CLAIM=DIR ...]
                               [--backend process|container [--image REF] [--engine podman|docker]
                                [--container-runtime RUNTIME]]
 
@@ -31,11 +31,16 @@ Deliberate local deviations, all printed at start:
   own hostname; on loopback every one would match). The agents re-form the group by themselves,
   so a lost replica is restarted alone, and `<checkpoint-root>/.run_local/<pod>.hold` keeps it
   pending (a node that is gone) until the file is removed;
-* paths under the image's APP_DIR map to this checkout, the checkpoint claim's mountPath maps to
-  `--checkpoint-root` (default `.checkpoints/<stack>/`);
+* paths under the image's APP_DIR map to this checkout (an image of your own code: to its
+  `image.context`, where a `job.command` runs too), the checkpoint claim's mountPath maps to
+  `--checkpoint-root` (default `.checkpoints/<stack>/`), a `job.volumes` claim's to `--volume
+  CLAIM=DIR` (default `.claims/<claim>/`; processes could write a read-only one);
+* a `job.secretEnv` variable, whose value only the cluster's Secret holds, takes the value of the
+  same name in this user's environment (and is said missing without it);
 * GPUs are used only when the machine has enough for every replica; otherwise the job runs on
   the CPU (gloo, one process per replica) and says so;
-* resource requests/limits, image pull secrets and /dev/shm sizing have no local meaning.
+* resource requests/limits, image pull secrets, /dev/shm sizing and scheduling (node selector,
+  tolerations, priority class) have no local meaning.
 
 With `--backend container` every replica runs as a container of the training image instead
 (`tools/local_backends/container.py`: the image's own paths, the claim mounted at its mountPath,
@@ -44,6 +49,11 @@ each replica's container name is written to `<checkpoint-root>/.run_local/<pod>.
 
 Each replica's process-group id is written to `<checkpoint-root>/.run_local/<pod>.pid` while it
 runs (it is also its session id), so a test or a user can kill one "pod" on purpose.
+
+A `job.command` of your own runs as the pods run it (torchrun from this environment, or the
+command itself), with the same environment contract (CHECKPOINT_DIR, JOB_NAME, STACK_NAME); the
+trainer's flags (--epochs, ...) are refused for it, and the summary lists what it left in its
+CHECKPOINT_DIR.
 
 Before any replica starts, `preflight` asks the trainer's own code what it would refuse
 (`trainer.cli` parses the very arguments the pod gets, `trainer.resume.preflight` compares the
@@ -54,13 +64,14 @@ restarted until backoffLimit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +84,7 @@ from tools.local_backends.container import (
     ContainerBackend,
     ContainerBackendError,
     parse_env_assignment,
+    stack_image,
 )
 from tools.local_backends.pods import host_environment
 from tools.local_backends.process import PathMapper, ProcessBackend, path_mapper
@@ -82,6 +94,8 @@ from tools.supervisor import JobOutcome, JobPolicy, Supervisor
 
 BACKENDS = ("process", "container")
 PID_DIR_NAME = ".run_local"
+# Where a job.volumes claim's local stand-in is, in this checkout, unless --volume says.
+CLAIMS_DIR_NAME = ".claims"
 # Flags that override a job setting: JobSettings attribute -> flag.
 OVERRIDE_FLAGS = {
     "total_epochs": "--epochs",
@@ -128,9 +142,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--image",
-        default=DEFAULT_IMAGE,
-        help=f"--backend container: the training image (default {DEFAULT_IMAGE},"
-        " what `make image` builds)",
+        help=f"--backend container: the training image (default: what `make image STACK=...` "
+        f"builds, {DEFAULT_IMAGE} for the trainer)",
+    )
+    parser.add_argument(
+        "--volume",
+        action="append",
+        default=[],
+        metavar="CLAIM=DIR",
+        help="the local directory standing in for a job.volumes claim (repeatable; default "
+        f"{CLAIMS_DIR_NAME}/<claim> in this checkout)",
     )
     parser.add_argument(
         "--engine",
@@ -164,18 +185,63 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.container_env = dict(parse_env_assignment(text) for text in args.container_env)
     except ContainerBackendError as error:
         parser.error(str(error))
+    volumes = {}
+    for text in args.volume:
+        claim, sep, directory = text.partition("=")
+        if not sep or not claim or not directory:
+            parser.error(f"--volume = {text!r}: expected CLAIM=DIR (a job.volumes claim's name)")
+        volumes[claim] = Path(directory)
+    args.volume = volumes
     return args
 
 
 def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackSettings:
     """The stack's settings with the flags' values (a --save-every beyond --epochs is fine: the
-    trainer always saves the last epoch)."""
+    trainer always saves the last epoch). They are the trainer's: a job.command of your own
+    takes its own arguments, so there they are refused."""
     changes = {
         attribute: getattr(args, attribute)
         for attribute in OVERRIDE_FLAGS
         if getattr(args, attribute) is not None
     }
+    if changes and not settings.job.runs_trainer:
+        attribute = next(iter(changes))
+        raise LocalRunError(
+            f"{OVERRIDE_FLAGS[attribute]} sets {job_key(attribute)}, which only the project's "
+            "trainer reads; the stack runs job.command: give your script its own arguments there"
+        )
     return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **changes))
+
+
+def data_dirs(
+    settings: StackSettings, chosen: Mapping[str, Path], repo_root: Path
+) -> dict[str, Path]:
+    """The local directory of each `job.volumes` claim: `--volume CLAIM=DIR`, else
+    `.claims/<claim>` in this checkout. A --volume of a claim the job does not mount is refused."""
+    claims = [volume.claim for volume in settings.job.volumes]
+    for claim in chosen:
+        if claim not in claims:
+            mounted = ", ".join(claims) or "none"
+            raise LocalRunError(
+                f"--volume {claim}=...: the job mounts no claim {claim!r} (job.volumes: {mounted})"
+            )
+    return {
+        claim: (chosen.get(claim) or repo_root / CLAIMS_DIR_NAME / claim).resolve()
+        for claim in claims
+    }
+
+
+def volume_lines(settings: StackSettings, dirs: Mapping[str, Path], backend: str) -> list[str]:
+    """What each data claim is here; the processes cannot be kept from writing a read-only one."""
+    lines = []
+    for volume in settings.job.volumes:
+        mode = "read-only" if volume.read_only else "read-write"
+        if volume.read_only and backend == "process":
+            mode += " on the cluster; local processes could write it"
+        lines.append(
+            f"volume {volume.claim} at {volume.mount_path} is {dirs[volume.claim]} ({mode})"
+        )
+    return lines
 
 
 def setting_name(field: str, args: argparse.Namespace) -> str | None:
@@ -192,6 +258,20 @@ def setting_name(field: str, args: argparse.Namespace) -> str | None:
 def rank0(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> PodRole:
     """The pod rank 0 runs in (the job API lists it first)."""
     return api_of_job(job).pods(job, runtime)[0]
+
+
+@contextlib.contextmanager
+def importable(directory: Path | None) -> Iterator[None]:
+    """`directory` first on sys.path while the trainer's parser imports a `job.task` of your own
+    package (the replicas have it on PYTHONPATH)."""
+    if directory is None:
+        yield
+        return
+    sys.path.insert(0, str(directory))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(directory))
 
 
 def trainer_argv(job: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> list[str]:
@@ -226,6 +306,8 @@ def preflight(
     allowed = "pass a directory this user can write (it is created if missing)"
     if (problem := open_storage(checkpoint_root).unusable()) is not None:
         raise LocalRunError(f"{root}: {problem}; {allowed}")
+    if not settings.job.runs_trainer:
+        return  # your own command: what it accepts is its own business
     argv = trainer_argv(job, checkpoint_root, repo_root)
     unchecked_task: str | None = None
     if args.backend == "container" and "--task" in argv:
@@ -234,7 +316,8 @@ def preflight(
         at = argv.index("--task")
         argv, unchecked_task = [*argv[:at], *argv[at + 2 :]], argv[at + 1]
     try:
-        config = parse_config(argv)
+        with importable(code_dir(settings, repo_root)):
+            config = parse_config(argv)
     except UsageError as error:
         if error.field == "checkpoint_dir":
             raise LocalRunError(f"{root}: the job's directory: {error}; {allowed}") from None
@@ -293,6 +376,13 @@ def job_policy(job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None)
     )
 
 
+def code_dir(settings: StackSettings, repo_root: Path) -> Path | None:
+    """Your own image's code on disk (`image.context`), None for the trainer's image."""
+    if settings.image.trainer_context:
+        return None
+    return repo_root / settings.image.context
+
+
 def checkpoint_summary(checkpoint_dir: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
     """What the trainer's own inspector says about the checkpoint; None when there is none."""
     result = subprocess.run(
@@ -311,14 +401,19 @@ def checkpoint_summary(checkpoint_dir: Path, env: Mapping[str, str]) -> dict[str
         return None
 
 
-def headline(outcome: JobOutcome, info: Mapping[str, Any] | None, master: str) -> str:
+def headline(
+    outcome: JobOutcome, info: Mapping[str, Any] | None, master: str, *, trainer: bool = True
+) -> str:
     """The summary's first line. A stop by signal says where it stopped: "stopped by Ctrl-C at
     epoch N (checkpoint saved)" when the master's trainer exited 128 + SIGTERM, the code of a
-    stop with its checkpoint committed."""
+    stop with its checkpoint committed. A command of your own (`trainer` false) has no manifest
+    to say where it was."""
     if outcome.status != "Interrupted":
         return f"{outcome.status} ({outcome.reason})"
     signal_name = outcome.signal_name or "a signal"
     stopped = f"stopped by {STOP_SIGNAL_WORDS.get(signal_name, signal_name)}"
+    if not trainer:
+        return f"{stopped}; the same command resumes it if job.command resumes from $CHECKPOINT_DIR"
     if info is None:
         return f"{stopped} before the first checkpoint (nothing saved)"
     epoch = info["epochs_completed"] + (1 if info.get("step_in_epoch") else 0)
@@ -327,10 +422,18 @@ def headline(outcome: JobOutcome, info: Mapping[str, Any] | None, master: str) -
     return f"{stopped} at epoch {epoch} ({what}); the same command resumes it"
 
 
+def directory_listing(directory: Path) -> str:
+    """What a command of your own left in its CHECKPOINT_DIR: its entries, or that it is empty."""
+    entries = sorted(path.name for path in directory.iterdir()) if directory.is_dir() else []
+    shown = ", ".join(entries[:8]) + (f" and {len(entries) - 8} more" if len(entries) > 8 else "")
+    return shown or "nothing yet"
+
+
 def print_summary(
     outcome: JobOutcome, settings: StackSettings, checkpoint_dir: Path, env: Mapping[str, str]
 ) -> None:
-    info = checkpoint_summary(checkpoint_dir, env)
+    trainer = settings.job.runs_trainer
+    info = checkpoint_summary(checkpoint_dir, env) if trainer else None
     epochs = (
         f"{info['epochs_completed']} of {settings.job.total_epochs}"
         if info is not None
@@ -346,11 +449,14 @@ def print_summary(
             + ")"
         )
     master = api_of_settings(settings).rank0_pod(settings)
-    lines = ["", f"job {settings.job.name}: {headline(outcome, info, master)}"]
+    lines = ["", f"job {settings.job.name}: {headline(outcome, info, master, trainer=trainer)}"]
     if outcome.status == "Failed" and (error := outcome.last_error()) is not None:
         lines.append(f"  last error:       [{error[0]}] {error[1]}")
+    if trainer:
+        lines.append(f"  epochs completed: {epochs}")
+    else:
+        lines.append(f"  CHECKPOINT_DIR:   {directory_listing(checkpoint_dir)}")
     lines += [
-        f"  epochs completed: {epochs}",
         f"  checkpoint:       {checkpoint_dir}",
         f"  restarts:         {restarts}",
         f"  wall time:        {outcome.wall_seconds:.1f}s",
@@ -358,30 +464,30 @@ def print_summary(
     print("\n".join(lines), flush=True)
 
 
-def make_backend(args: argparse.Namespace) -> LocalBackend:
+def make_backend(args: argparse.Namespace, settings: StackSettings) -> LocalBackend:
     if args.backend == "container":
         return ContainerBackend(
-            image=args.image,
+            image=args.image or stack_image(args.stack, settings),
             engine=args.engine,
             container_runtime=args.container_runtime,
             extra_env=args.container_env,
             repo_root=REPO_ROOT,
         )
-    return ProcessBackend(REPO_ROOT)
+    return ProcessBackend(REPO_ROOT, code_dir(settings, REPO_ROOT))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     repo_root = REPO_ROOT
-    backend = make_backend(args)
     master_port = free_port()
     try:
-        settings, device_notice = backend.fit_to_machine(
-            apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
-        )
+        stack_settings = apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
+        backend = make_backend(args, stack_settings)
+        settings, device_notice = backend.fit_to_machine(stack_settings)
         checkpoint_root = (
             args.checkpoint_root or repo_root / ".checkpoints" / args.stack
         ).resolve()
+        volumes = data_dirs(settings, args.volume, repo_root)
         api = api_of_settings(settings)
         job = api.job_manifest(settings, image=backend.image)
         runtime = api.runtime_manifest(settings)
@@ -392,12 +498,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             checkpoint_root=checkpoint_root,
             master_port=master_port,
             runtime=runtime,
+            data_dirs=volumes,
         )
         preflight(job, settings, args, checkpoint_root=checkpoint_root, repo_root=repo_root)
     except (SettingsError, LocalRunError, JobApiError, ContainerBackendError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     checkpoint_root.mkdir(parents=True, exist_ok=True)
+    for directory in volumes.values():
+        directory.mkdir(parents=True, exist_ok=True)
     try:
         backend.prepare(job, checkpoint_root, runtime)
     except ContainerBackendError as error:
@@ -408,7 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     pid_dir = checkpoint_root / PID_DIR_NAME
     supervisor = Supervisor(commands, job_policy(job, runtime), pid_dir=pid_dir)
-    for notice in [device_notice, *notices]:
+    for notice in dict.fromkeys(
+        [device_notice, *notices, *volume_lines(settings, volumes, args.backend)]
+    ):
         if notice:
             supervisor.say(notice)
     backend.record(commands, pid_dir)

@@ -66,11 +66,11 @@ from typing import TYPE_CHECKING, Any
 
 from components.job_apis import JobApi, JobApiError, PodIdentity, PodRole
 from components.manifests import (
+    job_annotations,
     object_metadata,
     pod_template,
     resource_names,
     scheduling_labels,
-    wait_annotations,
 )
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any
         run_policy["schedulingPolicy"] = {"minAvailable": elastic["minReplicas"]}
     metadata = object_metadata(settings, resource_names(settings).job, "training")
     metadata["labels"].update(scheduling_labels(settings))
-    metadata["annotations"].update(wait_annotations(settings))
+    metadata["annotations"].update(job_annotations(settings))
     spec: dict[str, Any] = {"nprocPerNode": str(job.nproc_per_node)}
     if elastic is not None:
         spec["elasticPolicy"] = elastic

@@ -11,9 +11,12 @@ this module relies on:
 - `spec.trainer` sets that container's image, command, args and env (upserted after the
   runtime's), the pods' resources (`resourcesPerNode`), the number of pods (`numNodes`) and
   `numProcPerNode`; `spec.runtimePatches` (one entry per `manager`, a strategic merge patch of
-  the runtime's JobSet spec) adds volumes, image pull secrets, affinity, the grace period, the
-  pod's and a container's `securityContext` and volume mounts to the runtime's pod template
-  (`PodSpecPatch`), but has no `automountServiceAccountToken`: that is the runtime's own;
+  the runtime's JobSet spec) adds volumes, image pull secrets, affinity, node selector,
+  tolerations, the grace period, the pod's and a container's `securityContext` and volume mounts
+  to the runtime's pod template (`PodSpecPatch`), but has no `automountServiceAccountToken` and
+  no `priorityClassName`: those are the runtime's own (the stack's runtime sets both; a
+  `job.priorityClassName` is refused with `job.clusterRuntime`); the trainer's `env` takes
+  `valueFrom` (`job.secretEnv`'s `secretKeyRef`) as a container's does;
 - `runtimeRef`, `trainer`, `activeDeadlineSeconds` and most patch fields are immutable
   (`self == oldSelf`): a changed spec replaces the TrainJob, as a changed PyTorchJob spec does;
 - the torch plugin injects into the `node` container PET_NNODES (numNodes), PET_NPROC_PER_NODE
@@ -61,14 +64,13 @@ from typing import TYPE_CHECKING, Any
 from components.job_apis import JobApi, JobApiError, PodIdentity, PodRole
 from components.manifests import (
     DELETION_PROPAGATION_ANNOTATION,
-    ENTRYPOINT,
-    GPU_RESOURCE,
+    job_annotations,
     object_metadata,
     pod_template,
     resource_names,
-    wait_annotations,
 )
 from components.setting_values import quantity_value
+from components.settings import GPU_RESOURCE
 
 if TYPE_CHECKING:
     from components.settings import StackSettings
@@ -120,14 +122,14 @@ def _runtime_spec(settings: StackSettings) -> dict[str, Any]:
     job_spec: dict[str, Any] = {"backoffLimit": rules["backoffLimit"]}
     if "podFailurePolicy" in rules:
         job_spec["podFailurePolicy"] = rules["podFailurePolicy"]
-    job_spec["template"] = {
-        "spec": {
-            "restartPolicy": rules["restartPolicy"],
-            # The one pod field a runtime patch cannot set (see the module docstring).
-            "automountServiceAccountToken": False,
-            "containers": [{"name": NODE}],
-        }
+    pod: dict[str, Any] = {
+        "restartPolicy": rules["restartPolicy"],
+        # Pod fields a runtime patch cannot set (see the module docstring).
+        "automountServiceAccountToken": False,
     }
+    if settings.job.priority_class_name is not None:
+        pod["priorityClassName"] = settings.job.priority_class_name
+    job_spec["template"] = {"spec": {**pod, "containers": [{"name": NODE}]}}
     jobset_spec: dict[str, Any] = {
         "replicatedJobs": [
             {
@@ -176,7 +178,7 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
     container = pod["containers"][0]
     trainer: dict[str, Any] = {
         "image": image,
-        "command": [ENTRYPOINT],
+        "command": container["command"],
         "args": container["args"],
         "env": container["env"],
         "numNodes": job.nodes,
@@ -195,7 +197,7 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
         "terminationGracePeriodSeconds": pod["terminationGracePeriodSeconds"],
         "securityContext": pod["securityContext"],
     }
-    for key in ("imagePullSecrets", "affinity"):
+    for key in ("imagePullSecrets", "affinity", "nodeSelector", "tolerations"):
         if key in pod:
             pod_patch[key] = pod[key]
     patch = {
@@ -221,7 +223,7 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
         },
     }
     metadata = object_metadata(settings, resource_names(settings).job, "training")
-    metadata["annotations"].update(wait_annotations(settings))
+    metadata["annotations"].update(job_annotations(settings))
     # Trainer re-applies the JobSet of a TrainJob that is being deleted (TrainJobApi.run_object):
     # deleted in the foreground, as pulumi-kubernetes deletes by default, the TrainJob would wait
     # on a JobSet that comes back each time the garbage collector removes it.

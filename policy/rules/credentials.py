@@ -66,9 +66,22 @@ _CREDENTIAL_FLAG: Final = re.compile(
 )
 
 
+# An environment variable is a credential when one of its words is one of these (HF_TOKEN,
+# WANDB_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY): a word, so TOKENIZERS_PARALLELISM or
+# KEYBOARD_LAYOUT are not.
+_CREDENTIAL_ENV_WORDS: Final = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET")
+
+
 def is_credential_name(name: str) -> bool:
     normalized = re.sub(r"[^a-z0-9]", "", name.lower())
     return normalized in _EXACT_CREDENTIAL_NAMES or normalized.endswith(_CREDENTIAL_WORDS)
+
+
+def is_credential_env_name(name: str) -> bool:
+    """An environment variable's name that says it holds a credential (*TOKEN*, *KEY*,
+    *PASSWORD*, *SECRET*, as words of the name, or a credential word at its end: APIKEY)."""
+    words = re.split(r"[^A-Z0-9]+", name.upper())
+    return any(word in _CREDENTIAL_ENV_WORDS for word in words) or is_credential_name(name)
 
 
 def no_plaintext_credentials(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -118,16 +131,18 @@ def _dotted(path: tuple[str, ...]) -> str:
 
 
 def _env_messages(view: JobView, props: Mapping[str, Any]) -> list[str]:
-    """`env: [{name: HF_TOKEN, value: ...}]` has no credential-named dict key, so look by name."""
+    """`env: [{name: HF_TOKEN, value: ...}]` has no credential-named dict key, so look by name:
+    a plain value (the stack's job.env) under a credential's name is refused, whatever it is."""
     messages: list[str] = []
     for container in view.containers(props, True):
         for env_index, env in enumerate(as_list(dig(container.spec, "env"))):
             name, value = dig(env, "name"), dig(env, "value")
             literal = isinstance(value, str) and bool(value.strip())
-            if isinstance(name, str) and is_credential_name(name) and literal:
+            if isinstance(name, str) and is_credential_env_name(name) and literal:
                 messages.append(
-                    f"{container.path}.env[{env_index}] ({name}) has a literal value; use "
-                    "valueFrom.secretKeyRef"
+                    f"{container.field_path('env')}[{env_index}] ({name}) has a plain value "
+                    "but its name says it is a credential; use valueFrom.secretKeyRef (the "
+                    f"stack's job.secretEnv.{name}, not job.env)"
                 )
     return messages
 

@@ -17,6 +17,10 @@ DOCKERCONFIGJSON: Final = "kubernetes.io/dockerconfigjson"
 # Policies cannot see the retain_on_delete resource option (only `protect`), so the program
 # declares it on the claim with this annotation, set from the same stack setting.
 RETAIN_ANNOTATION: Final = "pytorch-distributed/retain-on-destroy"
+# The job's GPU resource (stack setting job.gpuResource), which the program states on the job with
+# this annotation since a policy sees the manifest, not the settings; NVIDIA's without it.
+GPU_RESOURCE_ANNOTATION: Final = "pytorch-distributed/gpu-resource"
+DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
 
 
 class _Unknown:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import json
@@ -321,6 +322,239 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
         None,
         "registry.user",
     ),
+    # Issue 30: your own code, data and cluster.
+    ("command-a-string", with_values(job={"command": "train.py --epochs 3"}), None, "job.command"),
+    ("command-empty", with_values(job={"command": []}), None, "job.command"),
+    ("command-with-an-object", with_values(job={"command": [{"a": 1}]}), None, "job.command"),
+    (
+        "trainer-key-beside-a-command",
+        with_values(job={"command": ["train.py"], "totalEpochs": 3}),
+        None,
+        "job.totalEpochs",
+    ),
+    (
+        "task-beside-a-command",
+        with_values(job={"command": ["t.py"], "task": "a:b"}),
+        None,
+        "job.task",
+    ),
+    ("launcher-none-without-command", with_values(job={"launcher": "none"}), None, "job.launcher"),
+    (
+        "bad-launcher",
+        with_values(job={"command": ["a"], "launcher": "mpirun"}),
+        None,
+        "job.launcher",
+    ),
+    ("env-not-an-object", with_values(job={"env": ["A=1"]}), None, "job.env"),
+    ("env-bad-name", with_values(job={"env": {"1ST": "x"}}), None, "job.env.1ST"),
+    (
+        "env-reserved-name",
+        with_values(job={"env": {"CHECKPOINT_DIR": "/x"}}),
+        None,
+        "job.env.CHECKPOINT_DIR",
+    ),
+    (
+        "env-operator-name",
+        with_values(job={"env": {"PET_NNODES": "3"}}),
+        None,
+        "job.env.PET_NNODES",
+    ),
+    ("env-object-value", with_values(job={"env": {"A": {"b": 1}}}), None, "job.env.A"),
+    (
+        "secret-env-plain",
+        with_values(job={"secretEnv": {"HF_TOKEN": "hf_x"}}),
+        None,
+        "job.secretEnv.HF_TOKEN",
+    ),
+    (
+        "secret-env-also-plain",
+        with_values(job={"env": {"HF_TOKEN": "x"}, "secretEnv": {"HF_TOKEN": REDACTED}}),
+        None,
+        "job.secretEnv.HF_TOKEN",
+    ),
+    ("volumes-an-object", with_values(job={"volumes": {"claim": "data"}}), None, "job.volumes"),
+    ("volume-a-string", with_values(job={"volumes": ["data"]}), None, "job.volumes[0]"),
+    (
+        "volume-without-path",
+        with_values(job={"volumes": [{"claim": "data"}]}),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "volume-bad-claim",
+        with_values(job={"volumes": [{"claim": "Data", "mountPath": "/d"}]}),
+        None,
+        "job.volumes[0].claim",
+    ),
+    (
+        "volume-under-checkpoints",
+        with_values(job={"volumes": [{"claim": "data", "mountPath": "/checkpoints/data"}]}),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "volume-over-checkpoints",
+        with_values(
+            job={"volumes": [{"claim": "data", "mountPath": "/mnt"}]},
+            checkpoints={"mountPath": "/mnt/checkpoints"},
+        ),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "volume-is-the-checkpoint-claim",
+        with_values(job={"volumes": [{"claim": "pytorch-ddp-checkpoints", "mountPath": "/d"}]}),
+        None,
+        "job.volumes[0].claim",
+    ),
+    (
+        "volume-on-shm",
+        with_values(job={"volumes": [{"claim": "d", "mountPath": "/dev/shm"}]}),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "volume-on-dev",
+        with_values(job={"volumes": [{"claim": "d", "mountPath": "/dev"}]}),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "volume-over-the-code",
+        with_values(job={"volumes": [{"claim": "d", "mountPath": "/opt"}]}),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "volume-in-the-code",
+        with_values(
+            job={"volumes": [{"claim": "d", "mountPath": "/opt/pytorch-distributed/data"}]}
+        ),
+        None,
+        "job.volumes[0].mountPath",
+    ),
+    (
+        "two-volumes-one-path",
+        with_values(
+            job={
+                "volumes": [
+                    {"claim": "a", "mountPath": "/data"},
+                    {"claim": "b", "mountPath": "/data"},
+                ]
+            }
+        ),
+        None,
+        "job.volumes[1].mountPath",
+    ),
+    (
+        "volume-read-only-yes",
+        with_values(job={"volumes": [{"claim": "d", "mountPath": "/d", "readOnly": "yes"}]}),
+        None,
+        "job.volumes[0].readOnly",
+    ),
+    (
+        "toleration-without-key",
+        with_values(job={"tolerations": [{"effect": "NoSchedule"}]}),
+        None,
+        "job.tolerations[0].key",
+    ),
+    (
+        "toleration-bad-operator",
+        with_values(job={"tolerations": [{"key": "gpu", "operator": "In"}]}),
+        None,
+        "job.tolerations[0].operator",
+    ),
+    (
+        "toleration-exists-with-value",
+        with_values(job={"tolerations": [{"key": "gpu", "operator": "Exists", "value": "a"}]}),
+        None,
+        "job.tolerations[0].value",
+    ),
+    (
+        "toleration-bad-effect",
+        with_values(job={"tolerations": [{"key": "gpu", "effect": "NoRun"}]}),
+        None,
+        "job.tolerations[0].effect",
+    ),
+    (
+        "toleration-seconds-without-no-execute",
+        with_values(
+            job={"tolerations": [{"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60}]}
+        ),
+        None,
+        "job.tolerations[0].tolerationSeconds",
+    ),
+    (
+        "toleration-typo",
+        with_values(job={"tolerations": [{"key": "gpu", "efect": "NoSchedule"}]}),
+        None,
+        "job.tolerations[0].efect",
+    ),
+    (
+        "tolerations-an-object",
+        with_values(job={"tolerations": {"key": "gpu"}}),
+        None,
+        "job.tolerations",
+    ),
+    (
+        "node-selector-bad-name",
+        with_values(job={"nodeSelector": {"gpu type": "a100"}}),
+        None,
+        "job.nodeSelector.gpu type",
+    ),
+    (
+        "node-selector-bad-value",
+        with_values(job={"nodeSelector": {"gpu": "a 100"}}),
+        None,
+        "job.nodeSelector.gpu",
+    ),
+    (
+        "bad-priority-class",
+        with_values(job={"priorityClassName": "High"}),
+        None,
+        "job.priorityClassName",
+    ),
+    (
+        "priority-class-on-the-clusters-runtime",
+        with_values(
+            job={
+                "api": "trainjob",
+                "clusterRuntime": "torch-distributed",
+                "priorityClassName": "high",
+            }
+        ),
+        None,
+        "job.priorityClassName",
+    ),
+    ("gpu-resource-no-vendor", with_values(job={"gpuResource": "gpu"}), None, "job.gpuResource"),
+    (
+        "gpu-resource-kubernetes",
+        with_values(job={"gpuResource": "kubernetes.io/gpu"}),
+        None,
+        "job.gpuResource",
+    ),
+    (
+        "gpu-resource-not-a-name",
+        with_values(job={"gpuResource": "nvidia.com/"}),
+        None,
+        "job.gpuResource",
+    ),
+    ("context-absolute", with_values(image={"context": "/src/mine"}), None, "image.context"),
+    ("context-outside", with_values(image={"context": "../mine"}), None, "image.context"),
+    ("context-missing", with_values(image={"context": "no-such-directory"}), None, "image.context"),
+    ("dockerfile-missing", with_values(image={"context": "components"}), None, "image.dockerfile"),
+    (
+        "build-arg-base-image",
+        with_values(image={"buildArgs": {"BASE_IMAGE": "x"}}),
+        None,
+        "image.buildArgs.BASE_IMAGE",
+    ),
+    (
+        "build-arg-bad-name",
+        with_values(image={"buildArgs": {"PIP-INDEX": "x"}}),
+        None,
+        "image.buildArgs.PIP-INDEX",
+    ),
 ]
 
 
@@ -410,7 +644,7 @@ def test_an_unknown_stack_lists_the_stacks_there(tmp_path: Path, repo_root: Path
         load_stack_file("dve", repo_root)
     assert str(unknown.value) == (
         f"stack 'dve': no stack file {repo_root / 'Pulumi.dve.yaml'}; the stacks in {repo_root} "
-        "are dev, local, prod, trainjob"
+        "are dev, digits, local, prod, trainjob"
     )
     with pytest.raises(SettingsError, match=r"the stacks in .* are none \(no Pulumi\.<stack>"):
         load_stack_file("dev", tmp_path)
@@ -649,3 +883,187 @@ def test_the_trainer_images_user_is_the_default_one(repo_root: Path) -> None:
     assert users == [f"{TRAINER_UID}:{TRAINER_GID}"]
     assert f"useradd --uid {TRAINER_UID} --gid {TRAINER_GID} " in dockerfile
     assert f"groupadd --gid {TRAINER_GID} " in dockerfile
+
+
+# -- your own code, data and cluster (issue 30) ---------------------------------------------------
+
+
+def test_the_trainer_is_the_default_and_nothing_else_changes_by_default() -> None:
+    settings = parse_settings(MINIMAL)
+    image, job = settings.image, settings.job
+    assert (image.context, image.dockerfile, dict(image.build_args)) == (
+        "trainer",
+        "trainer/Dockerfile",
+        {},
+    )
+    assert image.trainer_context and job.runs_trainer
+    assert image.build_arguments == {"BASE_IMAGE": DEFAULT_BASE_IMAGE}
+    assert (job.command, job.launcher, dict(job.env), dict(job.secret_env)) == (
+        None,
+        "torchrun",
+        {},
+        {},
+    )
+    assert (job.volumes, dict(job.node_selector), job.tolerations) == ((), {}, ())
+    assert (job.priority_class_name, job.gpu_resource) == (None, "nvidia.com/gpu")
+
+
+def test_your_own_code_data_and_scheduling_are_read_as_kubernetes_has_them() -> None:
+    settings = parse_settings(
+        with_values(
+            image={
+                "context": "examples/digits/",
+                "buildArgs": {"PIP_INDEX_URL": "https://pypi.example/simple", "N": 2},
+            },
+            job={
+                # `pulumi config set --path job.command[2] 10` stores a number.
+                "command": ["train.py", "--epochs", 10],
+                "env": {"LOG_LEVEL": "debug", "WORKERS": 4, "DEBUG": False},
+                "secretEnv": {"HF_TOKEN": REDACTED},
+                "volumes": [{"claim": "digits-data", "mountPath": "/data"}],
+                "nodeSelector": {"example.com/gpu-pool": "a100", "spot": False},
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {
+                        "key": "pool",
+                        "value": "a100",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": "60",
+                    },
+                ],
+                "priorityClassName": "high",
+                "gpuResource": "nvidia.com/mig-1g.10gb",
+            },
+        )
+    )
+    image, job = settings.image, settings.job
+    assert (image.context, image.dockerfile) == ("examples/digits", "examples/digits/Dockerfile")
+    assert not image.trainer_context and not job.runs_trainer
+    assert image.build_arguments == {
+        "BASE_IMAGE": DEFAULT_BASE_IMAGE,
+        "PIP_INDEX_URL": "https://pypi.example/simple",
+        "N": "2",
+    }
+    assert job.command == ("train.py", "--epochs", "10")
+    assert job.env == {"LOG_LEVEL": "debug", "WORKERS": "4", "DEBUG": "false"}
+    assert job.secret_env == {"HF_TOKEN": REDACTED}
+    [volume] = job.volumes
+    assert (volume.claim, volume.mount_path, volume.read_only) == ("digits-data", "/data", True)
+    assert job.node_selector == {"example.com/gpu-pool": "a100", "spot": "false"}
+    assert [toleration.manifest() for toleration in job.tolerations] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {
+            "key": "pool",
+            "operator": "Equal",
+            "value": "a100",
+            "effect": "NoExecute",
+            "tolerationSeconds": 60,
+        },
+    ]
+    assert (job.priority_class_name, job.gpu_resource) == ("high", "nvidia.com/mig-1g.10gb")
+
+
+def test_a_toleration_of_every_taint_needs_no_key() -> None:
+    job = parse_settings(with_values(job={"tolerations": [{"operator": "Exists"}]})).job
+    assert [toleration.manifest() for toleration in job.tolerations] == [{"operator": "Exists"}]
+
+
+def test_the_launcher_none_runs_the_command_as_it_is() -> None:
+    job = parse_settings(with_values(job={"command": ["bash", "run.sh"], "launcher": "none"})).job
+    assert (job.command, job.launcher) == (("bash", "run.sh"), "none")
+
+
+def test_a_volume_may_sit_beside_the_checkpoints_and_be_writable() -> None:
+    settings = parse_settings(
+        with_values(
+            job={
+                "volumes": [
+                    {"claim": "scratch", "mountPath": "/checkpoints-scratch", "readOnly": "false"}
+                ]
+            }
+        )
+    )
+    assert settings.job.volumes[0].read_only is False
+
+
+def in_a_loop_of_its_own(check: Any) -> Any:
+    """Run the coroutine function `check` on a fresh event loop in a fresh context: the Outputs
+    it makes are awaited there, so none is left in Pulumi's global set for a later program run
+    (tests/pulumi_harness.py) to wait on."""
+
+    def run() -> Any:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(check())
+        finally:
+            loop.close()
+
+    return contextvars.Context().run(run)
+
+
+def test_secret_env_values_are_never_shown() -> None:
+    async def check() -> None:
+        secret = pulumi.Output.secret("hf_never-shown")
+        job = parse_settings(with_values(job={"secretEnv": {"HF_TOKEN": secret}})).job
+        assert job.secret_env["HF_TOKEN"] is secret
+        assert "secret_env" not in repr(job)
+        assert await secret.future() == "hf_never-shown"
+
+    in_a_loop_of_its_own(check)
+
+
+def test_a_stack_files_secret_env_is_its_ciphertext_and_a_plain_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "Pulumi.s.yaml").write_text(
+        "config:\n"
+        "  pytorch-distributed:image: {repository: registry.example.com/t}\n"
+        "  pytorch-distributed:job:\n"
+        "    secretEnv:\n"
+        "      HF_TOKEN:\n"
+        "        secure: AAABAJ0xyz\n",
+        encoding="utf-8",
+    )
+    settings = load_stack_file("s", tmp_path)
+    assert settings.job.secret_env == {"HF_TOKEN": REDACTED}
+    assert settings.stack_name == "s"
+    (tmp_path / "Pulumi.plain.yaml").write_text(
+        "config:\n"
+        "  pytorch-distributed:image: {repository: registry.example.com/t}\n"
+        "  pytorch-distributed:job: {secretEnv: {HF_TOKEN: hf_in-plain-text}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(SettingsError) as refused:
+        load_stack_file("plain", tmp_path)
+    message = str(refused.value)
+    assert message.startswith("invalid config pytorch-distributed:job.secretEnv.HF_TOKEN = ")
+    assert "pulumi config set --secret --path job.secretEnv.HF_TOKEN" in message
+    assert "hf_in-plain-text" not in message
+
+
+def test_the_program_reads_secret_env_as_secrets_only_when_the_engine_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pulumi config set --secret --path job.secretEnv.X` makes the whole `job` key a secret
+    one: the program then wraps each value; a job key that is not secret holds none."""
+    config = {
+        "pytorch-distributed:image": json.dumps({"repository": "r.example.com/t"}),
+        "pytorch-distributed:job": json.dumps({"secretEnv": {"HF_TOKEN": "hf_decrypted"}}),
+    }
+    monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", json.dumps(["pytorch-distributed:job"]))
+
+    def load() -> Any:
+        import pulumi.runtime.config as runtime_config
+
+        runtime_config.set_all_config(config, ["pytorch-distributed:job"])
+        return load_settings()
+
+    async def check() -> tuple[bool, str]:
+        secret = load().job.secret_env["HF_TOKEN"]
+        assert isinstance(secret, pulumi.Output)
+        return await secret.is_secret(), await secret.future()
+
+    assert in_a_loop_of_its_own(check) == (True, "hf_decrypted")
+    with pytest.raises(pulumi.RunError, match=r"job\.secretEnv\.HF_TOKEN = '<redacted>'") as raised:
+        _load_with_cli_env(monkeypatch, config)
+    assert "hf_decrypted" not in str(raised.value)

@@ -97,7 +97,8 @@ def test_literal_token_env_fires_and_secret_ref_passes() -> None:
     job = samples.pytorchjob()
     master_container(job)["env"].append({"name": "HF_TOKEN", "value": "abc123"})
     assert no_plaintext_credentials(PYTORCHJOB_TYPE, job) == [
-        f"{MASTER}.env[1] (HF_TOKEN) has a literal value; use valueFrom.secretKeyRef"
+        f"{MASTER}.env[1] (HF_TOKEN) has a plain value but its name says it is a credential; "
+        "use valueFrom.secretKeyRef (the stack's job.secretEnv.HF_TOKEN, not job.env)"
     ]
     master_container(job)["env"][1] = {
         "name": "HF_TOKEN",
@@ -188,3 +189,33 @@ def test_secret_metadata_is_still_scanned() -> None:
 )
 def test_credential_names(name: str, expected: bool) -> None:
     assert is_credential_name(name) is expected
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("HF_TOKEN", True),
+        ("WANDB_API_KEY", True),
+        ("DB_PASSWORD", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("OPENAI_APIKEY", True),
+        ("hf-token", True),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("KEYBOARD_LAYOUT", False),
+        ("DATA_DIR", False),
+    ],
+)
+def test_an_env_name_that_says_credential_may_not_hold_a_plain_value(
+    name: str, credential: bool
+) -> None:
+    """The stack's job.env: *TOKEN*, *KEY*, *PASSWORD*, *SECRET* as words of the name, whatever
+    the value looks like."""
+    job = samples.pytorchjob()
+    master_container(job)["env"].append({"name": name, "value": "false"})
+    found = no_plaintext_credentials(PYTORCHJOB_TYPE, job)
+    assert bool(found) is credential, found
+    master_container(job)["env"][-1] = {
+        "name": name,
+        "valueFrom": {"secretKeyRef": {"name": "job-env", "key": name}},
+    }
+    assert no_plaintext_credentials(PYTORCHJOB_TYPE, job) == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policy.rules.gpu import gpu_requests_match_nproc
-from policy.rules.model import PYTORCHJOB_TYPE, SECRET_TYPE, UNKNOWN
+from policy.rules.model import GPU_RESOURCE_ANNOTATION, PYTORCHJOB_TYPE, SECRET_TYPE, UNKNOWN
 from tests.policy import samples
 
 WORKER = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
@@ -75,4 +75,37 @@ def test_missing_cpu_request_fires() -> None:
 def test_resources_unknown_during_preview_do_not_fire() -> None:
     job = samples.pytorchjob(gpus=1)
     training_container(job, "Worker")["resources"] = UNKNOWN
+    assert check(job) == []
+
+
+def with_gpu_resource(job: dict, resource: str) -> dict:
+    """`job` asking for its GPUs as `resource`, which it states as the program does."""
+    job.setdefault("metadata", {}).setdefault("annotations", {})[GPU_RESOURCE_ANNOTATION] = resource
+    for replica_type in job["spec"]["pytorchReplicaSpecs"]:
+        for section in ("limits", "requests"):
+            resources = training_container(job, replica_type)["resources"].get(section, {})
+            if "nvidia.com/gpu" in resources:
+                resources[resource] = resources.pop("nvidia.com/gpu")
+    return job
+
+
+def test_the_jobs_gpu_resource_is_the_one_compared_with_nproc() -> None:
+    mig = "nvidia.com/mig-1g.10gb"
+    assert check(with_gpu_resource(samples.pytorchjob(gpus=2), mig)) == []
+    job = with_gpu_resource(samples.pytorchjob(gpus=2), mig)
+    training_container(job, "Worker")["resources"]["limits"][mig] = "1"
+    assert check(job) == [
+        f"{WORKER}.resources.limits['{mig}'] is '1' but spec.nprocPerNode is 2; "
+        "each pod must get one GPU per process"
+    ]
+
+
+def test_nvidias_gpus_are_not_the_jobs_when_it_names_another_resource() -> None:
+    """A job stating amd.com/gpu is a GPU job by that resource; one asking for none of it is a
+    CPU job, whatever nprocPerNode says."""
+    job = samples.pytorchjob(gpus=0)
+    job.setdefault("metadata", {}).setdefault("annotations", {})[GPU_RESOURCE_ANNOTATION] = (
+        "amd.com/gpu"
+    )
+    job["spec"]["nprocPerNode"] = "auto"
     assert check(job) == []

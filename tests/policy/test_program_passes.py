@@ -27,10 +27,16 @@ from tests.pulumi_harness import ProgramResult, RegisteredResource, Secret, run_
 SECRETS: dict[str, dict[str, str] | None] = {
     "dev": None,
     "prod": {"registryPassword": "not-a-real-password"},
+    "digits": None,
+}
+# What `pulumi config set --secret --path` puts in an object (the example's job.secretEnv).
+SECRET_PATHS: dict[str, dict[str, str]] = {
+    "digits": {"job.secretEnv.HF_TOKEN": "hf_policy-not-real"},
 }
 EXPECTED_TYPES = {
     "dev": {PYTORCHJOB_TYPE, PVC_TYPE, DOCKER_IMAGE_TYPE},
     "prod": {PYTORCHJOB_TYPE, PVC_TYPE, DOCKER_IMAGE_TYPE, SECRET_TYPE},
+    "digits": {PYTORCHJOB_TYPE, PVC_TYPE, DOCKER_IMAGE_TYPE, SECRET_TYPE},
 }
 
 
@@ -39,7 +45,13 @@ def policy_config(stack: str) -> dict[str, Any]:
 
 
 def run(stack: str, *, preview: bool = False, overrides: Mapping[str, Any] | None = None):
-    result = run_program(stack, overrides=overrides, secrets=SECRETS[stack], preview=preview)
+    result = run_program(
+        stack,
+        overrides=overrides,
+        secrets=SECRETS[stack],
+        preview=preview,
+        secret_paths=SECRET_PATHS.get(stack),
+    )
     assert result.error is None, f"program failed for {stack}: {result.error}"
     return result
 
@@ -98,7 +110,7 @@ def mandatory(found: list[analyzer_pb2.AnalyzeDiagnostic]) -> list[tuple[str, st
 
 
 @pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "digits"])
 def test_program_output_passes_every_mandatory_policy(
     analyzer: Stub, stack: str, preview: bool
 ) -> None:
@@ -165,3 +177,23 @@ def test_a_stack_that_runs_as_root_is_warned_of_and_stopped_in_prod(analyzer: St
         assert [d.enforcementLevel for d in root] == [level, level]  # Master and Worker
         assert "job.runAsRoot: true" in root[0].message
         assert {name for name, _ in mandatory(found)} <= {"pod-security-run-as-root"}
+
+
+def test_a_credential_in_plain_job_env_is_stopped(analyzer: Stub) -> None:
+    """job.env is plain text everywhere; a credential's name there is refused, whatever its
+    value, and job.secretEnv is the way (the example's HF_TOKEN passes above)."""
+    result = run("digits", overrides={"job": {"env": {"WANDB_API_KEY": "0123abcd"}}})
+    found = mandatory(diagnostics(analyzer, result, policy_config("digits")))
+    assert [name for name, _ in found] == ["no-plaintext-credentials"] * 2  # Master and Worker
+    assert "(WANDB_API_KEY) has a plain value" in found[0][1]
+    assert "job.secretEnv.WANDB_API_KEY" in found[0][1]
+    harmless = run("digits", overrides={"job": {"env": {"TOKENIZERS_PARALLELISM": "false"}}})
+    assert mandatory(diagnostics(analyzer, harmless, policy_config("digits"))) == []
+
+
+def test_gpus_of_another_resource_are_compared_with_the_processes(analyzer: Stub) -> None:
+    result = run("prod", overrides={"job": {"gpusPerNode": 2, "gpuResource": "amd.com/gpu"}})
+    assert mandatory(diagnostics(analyzer, result, policy_config("prod"))) == []
+    job = result.one(PYTORCHJOB_TYPE)
+    master = job.inputs["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert master["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "2"

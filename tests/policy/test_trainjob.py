@@ -74,7 +74,8 @@ def test_a_literal_credential_in_the_trainers_env_is_stopped() -> None:
     job = trainjob()
     job["spec"]["trainer"]["env"].append({"name": "HF_TOKEN", "value": "abc123"})
     assert (
-        "spec.trainer.env[1] (HF_TOKEN) has a literal value; use valueFrom.secretKeyRef"
+        "spec.trainer.env[1] (HF_TOKEN) has a plain value but its name says it is a credential; "
+        "use valueFrom.secretKeyRef (the stack's job.secretEnv.HF_TOKEN, not job.env)"
         in no_plaintext_credentials(TRAINJOB_TYPE, job)
     )
 

@@ -135,7 +135,7 @@ def test_unknown_stack_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"error: stack 'no-such-stack': no stack file {REPO_ROOT / 'Pulumi.no-such-stack.yaml'}; "
-        f"the stacks in {REPO_ROOT} are dev, local, prod, trainjob"
+        f"the stacks in {REPO_ROOT} are dev, digits, local, prod, trainjob"
     ]
     assert not (tmp_path / "out").exists()
 
@@ -193,4 +193,69 @@ def test_rendered_objects_are_what_the_program_registers(
             for auth in (*mine["auths"].values(), *theirs["auths"].values()):
                 del auth["password"], auth["auth"]
             assert mine == theirs
+        assert document == registered[key]
+
+
+def test_your_own_codes_secret_environment_renders_redacted_and_by_reference(
+    tmp_path: Path, pulumi_program: Callable[..., Any]
+) -> None:
+    """The example stack with its HF_TOKEN set as `pulumi config set --secret --path` leaves it
+    (the ciphertext in the stack file): the render holds neither the value nor the ciphertext,
+    and is, but for the value, what the program registers."""
+    stack_dir = tmp_path / "stacks"
+    stack_dir.mkdir()
+    document = yaml.safe_load((REPO_ROOT / "Pulumi.digits.yaml").read_text())
+    ciphertext = "v1:AbCdEf0123456789ciphertext=="
+    document["config"]["pytorch-distributed:job"]["secretEnv"] = {
+        "HF_TOKEN": {"secure": ciphertext}
+    }
+    (stack_dir / "Pulumi.digits.yaml").write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tools.render", "--stack", "digits"),
+            *("--stack-dir", str(stack_dir), "--out", str(out)),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    files = load_dir(out)
+    assert list(files) == [
+        "01-secret-digits-env.yaml",
+        "02-persistentvolumeclaim-digits-checkpoints.yaml",
+        "03-pytorchjob-digits.yaml",
+    ]
+    text = "".join(path.read_text() for path in out.glob("*.yaml"))
+    token = "hf_render-not-real-5e2a"
+    for spelling in (ciphertext, token, base64.b64encode(token.encode()).decode()):
+        assert spelling not in text
+    secret = files["01-secret-digits-env.yaml"]
+    assert base64.b64decode(secret["data"]["HF_TOKEN"]).decode() == "<redacted>"
+    for document in files.values():
+        validate_manifest(document)
+    container = files["03-pytorchjob-digits.yaml"]["spec"]["pytorchReplicaSpecs"]["Master"][
+        "template"
+    ]["spec"]["containers"][0]
+    assert {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "digits-env", "key": "HF_TOKEN"}},
+    } in container["env"]
+
+    program = pulumi_program("digits", secret_paths={"job.secretEnv.HF_TOKEN": token})
+    assert program.error is None, program.error
+    registered = {
+        (inputs["kind"], inputs["metadata"]["name"]): normalized(inputs, "IMAGE")
+        for resource in program.resources
+        if resource.custom and "kind" in (inputs := resource.plain_inputs())
+    }
+    rendered = {(d["kind"], d["metadata"]["name"]): normalized(d, "IMAGE") for d in files.values()}
+    assert rendered.keys() == registered.keys()
+    for key, document in rendered.items():
+        if key[0] == "Secret":
+            assert base64.b64decode(registered[key].pop("data")["HF_TOKEN"]).decode() == token
+            document.pop("data")
         assert document == registered[key]

@@ -327,3 +327,128 @@ def test_the_exit_code_of_an_exec_or_the_node_that_never_ran_it() -> None:
         "Post: EOF): the node does not serve exec to the API server; on a cluster whose nodes "
         "do, `make checkpoint` works as it is"
     )
+
+
+# -- what is copied: the trainer's verified checkpoints, or a command of your own's directory ----
+
+
+class LocalReader:
+    """The reader pod with the claim on this machine: its commands run here, the claim's mount
+    path mapped to `claim` (what a pod's `ls` and `tar` see there)."""
+
+    def __init__(self, claim: Path, mount_path: str = "/checkpoints") -> None:
+        self.claim, self.mount_path = claim, mount_path
+        self.commands: list[list[str]] = []
+
+    def local(self, path: str) -> str:
+        return str(self.claim) + path.removeprefix(self.mount_path)
+
+    def run(self, command: list[str]) -> tuple[int, str, str]:
+        self.commands.append(command)
+        mapped = [
+            self.local(word) if word.startswith(self.mount_path) else word for word in command
+        ]
+        done = subprocess.run(mapped, capture_output=True, text=True, timeout=60, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    def copy_out(self, directory: str, files: Any, out: Path) -> None:
+        archive = subprocess.run(
+            ["tar", "-cf", "-", "-C", self.local(directory), *files],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        subprocess.run(["tar", "-xf", "-", "-C", str(out)], input=archive.stdout, check=True)
+
+
+OWN_SETTINGS = parse_settings(
+    {"image": {"build": False, "ref": IMAGE}, "job": {"name": "run-b", "command": ["train.py"]}}
+)
+
+
+def test_a_directory_a_command_of_your_own_wrote_is_copied_whole_and_said_unverified(
+    tmp_path: Path,
+) -> None:
+    from tools.retrieve import copy_run
+
+    run = tmp_path / "claim" / "run-b"
+    (run / "logs").mkdir(parents=True)
+    (run / "checkpoint.pt").write_bytes(b"weights")
+    (run / "logs" / "train.log").write_text("epoch 1\n")
+    said: list[str] = []
+
+    copied = copy_run(
+        LocalReader(tmp_path / "claim"), OWN_SETTINGS, tmp_path / "out", say=said.append
+    )
+
+    assert copied.verified is False
+    assert copied.paths == [tmp_path / "out" / "checkpoint.pt", tmp_path / "out" / "logs"]
+    assert (tmp_path / "out" / "checkpoint.pt").read_bytes() == b"weights"
+    assert (tmp_path / "out" / "logs" / "train.log").read_text() == "epoch 1\n"
+    assert said == [
+        "/checkpoints/run-b has no manifest.json (the trainer's, against which each checkpoint "
+        "is verified): copied its 2 entries as they are, unverified: checkpoint.pt, logs"
+    ]
+
+
+def test_an_epoch_of_a_directory_without_the_trainers_manifest_is_refused(tmp_path: Path) -> None:
+    from tools.retrieve import copy_run
+
+    (tmp_path / "claim" / "run-b").mkdir(parents=True)
+    (tmp_path / "claim" / "run-b" / "checkpoint.pt").write_bytes(b"w")
+    with pytest.raises(RetrieveError) as refused:
+        copy_run(LocalReader(tmp_path / "claim"), OWN_SETTINGS, tmp_path / "out", epoch=3)
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith("--epoch = 3: /checkpoints/run-b has no manifest.json")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_directory_of_your_own_command_is_one_line(tmp_path: Path) -> None:
+    from tools.retrieve import copy_run
+
+    with pytest.raises(RetrieveError) as refused:
+        copy_run(LocalReader(tmp_path / "claim"), OWN_SETTINGS, tmp_path / "out")
+    assert str(refused.value) == (
+        "nothing in /checkpoints/run-b on the claim yet (job.command writes $CHECKPOINT_DIR)"
+    )
+
+
+def test_the_trainers_manifest_is_verified_whatever_wrote_it(tmp_path: Path) -> None:
+    """A command of your own that uses the trainer's store (or the trainer itself) leaves its
+    manifest: the newest checkpoint is copied and its sha256 checked, a corrupt one refused."""
+    import torch
+
+    from tools.retrieve import copy_run
+    from trainer.checkpoint import CheckpointStore
+    from trainer.checkpoint_schema import TrainingCheckpoint
+
+    run = tmp_path / "claim" / "run-b"
+    run.mkdir(parents=True)
+    store = CheckpointStore(run, keep=3)
+    for epoch in (1, 2):
+        state = TrainingCheckpoint(
+            model_state={"weight": torch.full((2,), float(epoch))},
+            epochs_run=epoch,
+            world_size=2,
+            config_fingerprint="f",
+        ).to_state()
+        store.commit(state, epochs=epoch, step=0)
+    reader = LocalReader(tmp_path / "claim")
+    said: list[str] = []
+
+    copied = copy_run(reader, OWN_SETTINGS, tmp_path / "out", say=said.append)
+
+    newest = store.manifest()[-1]
+    assert copied.verified is True and copied.paths == [tmp_path / "out" / newest.file]
+    assert said[-1].endswith(f"epoch 2, sha256 {newest.sha256} verified")
+    # The image of your own has no trainer to describe them: nothing ran but ls and tar.
+    assert [command[0] for command in reader.commands] == ["ls"]
+    (run / newest.file).write_bytes(b"corrupt")
+    with pytest.raises(RetrieveError, match="sha256"):
+        copy_run(reader, OWN_SETTINGS, tmp_path / "again")
+
+
+def test_the_reader_describes_with_the_trainer_only_when_the_job_ran_it() -> None:
+    cluster = ClusterState()
+    assert plan_reader(SETTINGS, cluster, None).trainer_image is True  # type: ignore[arg-type]
+    assert plan_reader(OWN_SETTINGS, cluster, None).trainer_image is False  # type: ignore[arg-type]

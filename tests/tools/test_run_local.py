@@ -373,7 +373,7 @@ def test_with_containers_a_task_only_the_image_has_is_left_to_the_container(
 
 def test_an_unknown_stack_lists_the_existing_ones(capsys: pytest.CaptureFixture[str]) -> None:
     line = refused(capsys, "--stack", "dve")
-    assert line.endswith(f"the stacks in {REPO_ROOT} are dev, local, prod, trainjob"), line
+    assert line.endswith(f"the stacks in {REPO_ROOT} are dev, digits, local, prod, trainjob"), line
 
 
 def test_keys_under_another_namespace_are_refused_naming_the_projects(
@@ -491,3 +491,65 @@ def test_master_failing_past_the_backoff_limit_fails_the_run(tmp_path: Path) -> 
         f"  last error:       [{MASTER}] error: trainer rank 0 failed with exit code 1: "
         "ValueError: deliberately broken task"
     ) in out
+
+
+# -- your own code (issue 30) ------------------------------------------------------------------
+
+
+def test_the_trainers_flags_are_refused_with_a_command_of_your_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, "--stack", "digits", "--checkpoint-root", str(tmp_path), "--epochs", "3")
+    assert line == (
+        "error: --epochs sets job.totalEpochs, which only the project's trainer reads; the stack "
+        "runs job.command: give your script its own arguments there"
+    )
+    assert not (tmp_path / "digits").exists()
+
+
+def test_a_volume_the_job_does_not_mount_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(
+        capsys,
+        *("--stack", "digits", "--checkpoint-root", str(tmp_path)),
+        *("--volume", f"imagenet={tmp_path / 'imagenet'}"),
+    )
+    assert line == (
+        "error: --volume imagenet=...: the job mounts no claim 'imagenet' (job.volumes: "
+        "digits-data)"
+    )
+
+
+def test_a_volume_flag_without_a_directory_is_a_usage_error(tmp_path: Path) -> None:
+    result = run_local_cli("--stack", "digits", "--volume", "digits-data")
+    assert result.returncode == 2
+    assert "--volume = 'digits-data': expected CLAIM=DIR" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_task_of_your_own_package_trains_with_the_trainer_from_its_directory(
+    tmp_path: Path,
+) -> None:
+    """`job.task` from a package of your own (tests/tools/data/user_code, as an image built on
+    the trainer's carries it): the preflight and the replicas import it from `image.context`."""
+    dev = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    ref = "registry.example.com/ml/mine@sha256:" + "e" * 64
+    own = dev.replace(
+        "    build: true\n",
+        f"    build: false\n    ref: {ref}\n    context: tests/tools/data/user_code\n",
+    ).replace("    repository: localhost:5001/pytorch-distributed-trainer\n", "")
+    own = own.replace("    backoffLimit: 3", "    backoffLimit: 0\n    task: mypkg.model:build")
+    (tmp_path / "Pulumi.mine.yaml").write_text(own)
+    marker = uuid.uuid4().hex
+    runner = start_runner(
+        marker,
+        *("--stack", "mine", "--stack-dir", str(tmp_path)),
+        *("--checkpoint-root", str(tmp_path / "claim"), *SMALL_RUN),
+    )
+    out = finish(runner, marker)
+
+    assert runner.returncode == 0, out
+    info = inspect_checkpoint(tmp_path / "claim" / JOB)
+    assert info["epochs_completed"] == 4
+    assert info["config"]["task"] == "mypkg.model:build"

@@ -43,8 +43,11 @@ class LocalBackend(Protocol):
         checkpoint_root: Path,
         master_port: int,
         runtime: Mapping[str, Any] | None = None,
+        data_dirs: Mapping[str, Path] | None = None,
     ) -> tuple[list[ReplicaCommand], list[str]]:
-        """One command per pod, for the supervisor, and notices of what has no local meaning."""
+        """One command per pod, for the supervisor, and notices of what has no local meaning;
+        `data_dirs` are the local directories of the `job.volumes` claims (claim -> directory),
+        the checkpoint claim's is `checkpoint_root`."""
         ...
 
     def rendezvous(self, job: Mapping[str, Any], master_port: int) -> str:

@@ -7,7 +7,8 @@ What a pod gets on the cluster, given to a container here:
   directory by `workingDir` (Kubernetes semantics);
 * the container's own env, then what the job's controller injects (the job API's `pods`), the
   controller's entries winning, and HOSTNAME = the pod name;
-* the checkpoint claim's `mountPath` bound to the local checkpoint root, a memory-backed
+* the checkpoint claim's `mountPath` bound to the local checkpoint root, each `job.volumes`
+  claim's to its local directory (read-only where the pod mounts it so), a memory-backed
   /dev/shm as large as its emptyDir's sizeLimit (or `DEFAULT_SHM_SIZE`);
 * the pod's user and groups (`--user runAsUser:runAsGroup`, `--group-add fsGroup`) and its
   container's restrictions (`allowPrivilegeEscalation: false` as `no-new-privileges`, dropped
@@ -70,6 +71,15 @@ def read_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
 DEFAULTS = read_defaults()
 DEFAULT_IMAGE = DEFAULTS["TRAINER_IMAGE"]
 DEFAULT_RUNTIME = DEFAULTS["DEFAULT_CONTAINER_RUNTIME"]
+
+
+def stack_image(stack: str, settings: StackSettings) -> str:
+    """The local image of a stack, which `make image STACK=...` (scripts/build-image.sh) builds
+    and `--backend container` runs by default: the trainer image, or for a stack built from a
+    context of its own, `localhost/pytorch-distributed-<stack>:local`."""
+    if settings.image.trainer_context:
+        return DEFAULT_IMAGE
+    return f"localhost/pytorch-distributed-{stack.lower()}:local"
 
 
 class ContainerBackendError(ValueError):
@@ -209,11 +219,16 @@ def replica_commands(
     workdir: Path,
     extra_env: Mapping[str, str] | None = None,
     runtime: Mapping[str, Any] | None = None,
+    data_dirs: Mapping[str, Path] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
     """One `<engine> run` per pod, each with the teardown that removes its container.
 
     `extra_env` (run_local's --container-env) is added to every container after the pod's own
-    environment: a local addition, e.g. a trainer test hook, never something a pod would get."""
+    environment: a local addition, e.g. a trainer test hook, never something a pod would get.
+    A variable from a Secret (`job.secretEnv`) is passed by name only (`--env NAME`): the engine
+    gives the container its own environment's value, which never appears on a command line.
+    Each claim is bound to its local directory (`data_dirs`, else the checkpoint root),
+    read-only where the pod mounts it so."""
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
     api = api_of_job(job)
@@ -246,10 +261,12 @@ def replica_commands(
             REPLICA_TAG,
             *identity_options(template, container, rootless=engine.rootless),
         ]
+        secrets = set(pods.secret_names(container))
         for key, value in {**env, **(extra_env or {})}.items():
-            argv += ["--env", f"{key}={value}"]
-        for mount_path in pods.claim_mount_paths(template, container):
-            argv += ["--volume", f"{checkpoint_root}:{mount_path}"]
+            argv += ["--env", key if key in secrets else f"{key}={value}"]
+        for mount in pods.claim_mounts(template, container, checkpoint_root, data_dirs):
+            suffix = ":ro" if mount.read_only else ""
+            argv += ["--volume", f"{mount.local}:{mount.mount_path}{suffix}"]
         if "workingDir" in container:
             argv += ["--workdir", container["workingDir"]]
         command = list(container.get("command", []))
@@ -360,6 +377,7 @@ class ContainerBackend:
         checkpoint_root: Path,
         master_port: int,
         runtime: Mapping[str, Any] | None = None,
+        data_dirs: Mapping[str, Path] | None = None,
     ) -> tuple[list[ReplicaCommand], list[str]]:
         """The replicas as containers of the image, run by the engine with the host's
         environment plus this project's podman configuration."""
@@ -368,7 +386,8 @@ class ContainerBackend:
         if not image_exists(engine, self.image, engine_env):
             raise ContainerBackendError(
                 f"--image = {self.image!r}: {engine.name} has no such image; build it with "
-                "`make image` (scripts/build-image.sh) or pass the reference of one you built"
+                "`make image STACK=<stack>` (scripts/build-image.sh) or pass the reference of "
+                "one you built"
             )
         commands, notices = replica_commands(
             job,
@@ -381,6 +400,7 @@ class ContainerBackend:
             workdir=self._repo_root,
             extra_env=self._extra_env,
             runtime=runtime,
+            data_dirs=data_dirs,
         )
         return [dataclasses.replace(c, env=engine_env) for c in commands], notices
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +39,48 @@ def host_environment() -> dict[str, str]:
     return env
 
 
-def claim_mount_paths(template: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
-    """Where ``container`` mounts the pod's persistent volume claims: the paths both backends
-    back with the local checkpoint root."""
+@dataclass(frozen=True)
+class ClaimMount:
+    """A persistent volume claim the container mounts, and the local directory standing in for
+    it: the checkpoint root, or a `job.volumes` claim's own directory."""
+
+    mount_path: str
+    local: Path
+    read_only: bool
+
+
+def claim_mounts(
+    template: Mapping[str, Any],
+    container: Mapping[str, Any],
+    checkpoint_root: Path,
+    data_dirs: Mapping[str, Path] | None = None,
+) -> list[ClaimMount]:
+    """Where ``container`` mounts the pod's persistent volume claims and what backs each here:
+    a claim of ``data_dirs`` (claim name -> directory) its directory, any other the checkpoint
+    root."""
     claims = {
-        volume["name"]
+        volume["name"]: volume["persistentVolumeClaim"]
         for volume in template["spec"].get("volumes", [])
         if "persistentVolumeClaim" in volume
     }
-    return [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in claims]
+    mounts = []
+    for mount in container.get("volumeMounts", []):
+        claim = claims.get(mount["name"])
+        if claim is None:
+            continue
+        local = (data_dirs or {}).get(claim["claimName"], checkpoint_root)
+        read_only = bool(mount.get("readOnly") or claim.get("readOnly"))
+        mounts.append(ClaimMount(mount["mountPath"], local, read_only))
+    return mounts
+
+
+def secret_names(container: Mapping[str, Any]) -> list[str]:
+    """The container's variables that come from a Secret (`job.secretEnv`)."""
+    return [
+        entry["name"]
+        for entry in container.get("env", [])
+        if "secretKeyRef" in (entry.get("valueFrom") or {})
+    ]
 
 
 def container_env(
@@ -55,9 +89,12 @@ def container_env(
     pod: str,
     namespace: str,
     map_value: Callable[[str], str] = str,
+    secrets: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """The container's own env as the kubelet resolves it (values, and the downward API's pod
     name and namespace), each value passed through ``map_value``; notices for what is skipped.
+    A variable from a Secret (`job.secretEnv`, whose value only the cluster holds) takes the
+    value of the same name in ``secrets`` (this user's environment), if it has one.
     One home for both backends: the process backend maps paths to the host's, containers don't."""
     env: dict[str, str] = {}
     notices: list[str] = []
@@ -67,9 +104,19 @@ def container_env(
         if "value" in entry:
             env[name] = map_value(str(entry["value"]))
             continue
-        field_path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        source = entry.get("valueFrom") or {}
+        field_path = source.get("fieldRef", {}).get("fieldPath")
         if field_path in fields:
             env[name] = fields[field_path]
+        elif "secretKeyRef" in source:
+            if name in (secrets or {}):
+                env[name] = (secrets or {})[name]
+            else:
+                secret = source["secretKeyRef"].get("name")
+                notices.append(
+                    f"env {name} comes from Secret {secret} (job.secretEnv), which only the "
+                    f"cluster holds: not set locally; export {name} to give it to the replicas"
+                )
         else:
             notices.append(f"env {name} comes from {entry.get('valueFrom')}: not set locally")
     return env, notices
@@ -90,7 +137,13 @@ def replica_env(
     not resolve to it)."""
     api = api_of_job(job)
     pod = role.name
-    own, notices = container_env(role.container, pod=pod, namespace=namespace, map_value=map_value)
+    own, notices = container_env(
+        role.container,
+        pod=pod,
+        namespace=namespace,
+        map_value=map_value,
+        secrets=host_environment(),
+    )
     injected = dict(role.env)
     for key in api.master_port_keys:
         if key in injected:

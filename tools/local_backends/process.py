@@ -1,17 +1,25 @@
-"""The process backend: each pod of the job a local process tree (entrypoint.sh, then torchrun),
-the image's paths mapped to this checkout and the claim to the local checkpoint root, the
-rendezvous on loopback (see tools/run_local.py's docstring for every deviation from a cluster)."""
+"""The process backend: each pod of the job a local process tree (entrypoint.sh, then torchrun,
+or a `job.command` of your own), the image's paths mapped to this checkout and each claim to its
+local directory (the checkpoint claim to the local checkpoint root), the rendezvous on loopback
+(see tools/run_local.py's docstring for every deviation from a cluster).
+
+Your own image's code is `image.context` on disk, which its Dockerfile copies to the image's
+code directory (APP_DIR, /opt/pytorch-distributed, as the example's does): paths there map to
+it, a container without a workingDir (a `job.command` starts in the image's WORKDIR) runs in
+it, and it is first on PYTHONPATH (a `job.task` of your own package, beside the trainer).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from components.job_apis import api_of_job
-from components.manifests import APP_DIR
-from components.settings import StackSettings
+from components.setting_values import APP_DIR
+from components.settings import TRAINER_CONTEXT, StackSettings
 from tools.local_backends import pods
 from tools.local_backends.pods import host_environment
 from tools.ports import LOOPBACK
@@ -63,10 +71,16 @@ def path_mapper(
     container: Mapping[str, Any],
     checkpoint_root: Path,
     repo_root: Path,
+    data_dirs: Mapping[str, Path] | None = None,
+    code_dir: Path | None = None,
 ) -> PathMapper:
-    mounts: dict[str, Path] = {APP_DIR: repo_root}
-    for mount_path in pods.claim_mount_paths(template, container):
-        mounts[mount_path] = checkpoint_root
+    """The image's code directory is this checkout (the trainer's image: `trainer/` at
+    APP_DIR/trainer) or your own image's `code_dir`, whose Dockerfile puts it there (and, an
+    image built on the trainer's, the trainer at APP_DIR/trainer); each claim its directory."""
+    mounts: dict[str, Path] = {APP_DIR: code_dir or repo_root}
+    mounts[f"{APP_DIR}/{TRAINER_CONTEXT}"] = repo_root / TRAINER_CONTEXT
+    for mount in pods.claim_mounts(template, container, checkpoint_root, data_dirs):
+        mounts[mount.mount_path] = mount.local
     return PathMapper(mounts)
 
 
@@ -86,17 +100,23 @@ def replica_commands(
     master_port: int,
     visible_devices: Sequence[str],
     runtime: Mapping[str, Any] | None = None,
+    code_dir: Path | None = None,
+    data_dirs: Mapping[str, Path] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
     """One local process tree per pod of the job (`runtime`: the TrainingRuntime a TrainJob
-    runs on, where the stack declares it)."""
+    runs on, where the stack declares it; `code_dir`: the image's code on disk when it is not
+    the trainer's, `image.context`; `data_dirs`: the local directory of each `job.volumes`
+    claim)."""
     api = api_of_job(job)
     elastic = api.is_elastic(job)
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
     base = host_environment()
+    if code_dir is not None:
+        base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code_dir), base.get("PYTHONPATH")]))
     for slot, role in enumerate(api.pods(job, runtime)):
         pod, template, container = role.name, role.template, role.container
-        mapper = path_mapper(template, container, checkpoint_root, repo_root)
+        mapper = path_mapper(template, container, checkpoint_root, repo_root, data_dirs, code_dir)
         pod_env, skipped = pods.replica_env(
             job,
             role,
@@ -110,7 +130,9 @@ def replica_commands(
             pod_env = elastic_local_env(pod_env, hosts=slot == 0)
         env = {**base, "CUDA_VISIBLE_DEVICES": visible_devices[slot], **pod_env}
         argv = [mapper(part) for part in [*container["command"], *container.get("args", [])]]
-        cwd = Path(mapper(container.get("workingDir", APP_DIR)))
+        # No workingDir: the image's WORKDIR, where your own image keeps its code.
+        working_dir = container.get("workingDir")
+        cwd = Path(mapper(working_dir)) if working_dir else (code_dir or repo_root)
         commands.append(
             ReplicaCommand(
                 name=pod, argv=argv, env=env, cwd=cwd, restart_policy=role.restart_policy
@@ -125,8 +147,11 @@ class ProcessBackend:
     runs_as = "local processes"
     image = "local"  # what the job manifest names; nothing pulls it
 
-    def __init__(self, repo_root: Path) -> None:
+    def __init__(self, repo_root: Path, code_dir: Path | None = None) -> None:
+        """`code_dir`: the directory your own image is built from (`image.context`), when the
+        stack's image is not the trainer's."""
         self._repo_root = repo_root
+        self._code_dir = code_dir
         self._visible_devices: list[str] = []
 
     def fit_to_machine(self, settings: StackSettings) -> tuple[StackSettings, str | None]:
@@ -144,6 +169,7 @@ class ProcessBackend:
         checkpoint_root: Path,
         master_port: int,
         runtime: Mapping[str, Any] | None = None,
+        data_dirs: Mapping[str, Path] | None = None,
     ) -> tuple[list[ReplicaCommand], list[str]]:
         return replica_commands(
             job,
@@ -153,6 +179,8 @@ class ProcessBackend:
             master_port=master_port,
             visible_devices=self._visible_devices,
             runtime=runtime,
+            code_dir=self._code_dir,
+            data_dirs=data_dirs,
         )
 
     def rendezvous(self, job: Mapping[str, Any], master_port: int) -> str:

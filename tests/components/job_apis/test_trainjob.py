@@ -88,7 +88,15 @@ def test_the_trainer_carries_image_command_args_resources_and_size() -> None:
         "requests": {"cpu": "1", "memory": "2Gi"},
         "limits": {"memory": "2Gi"},
     }
-    assert {e["name"] for e in trainer["env"]} == {"PYTHONUNBUFFERED", "OMP_NUM_THREADS"}
+    # The container's own, and the contract any script reads (CHECKPOINT_DIR, ...).
+    assert trainer["env"] == master["containers"][0]["env"]
+    assert {e["name"] for e in trainer["env"]} == {
+        "PYTHONUNBUFFERED",
+        "OMP_NUM_THREADS",
+        "CHECKPOINT_DIR",
+        "JOB_NAME",
+        "STACK_NAME",
+    }
 
 
 def test_the_runtime_patch_mounts_the_claim_and_co_locates_the_pods() -> None:
@@ -233,7 +241,14 @@ def test_the_node_template_layers_trainer_env_over_the_runtimes() -> None:
         e["name"]: e["value"]
         for e in node_template(stack.job, runtime)["spec"]["containers"][0]["env"]
     }
-    assert env == {"OMP_NUM_THREADS": "1", "KEEP": "1", "PYTHONUNBUFFERED": "1"}
+    assert env == {
+        "OMP_NUM_THREADS": "1",
+        "KEEP": "1",
+        "PYTHONUNBUFFERED": "1",
+        "CHECKPOINT_DIR": "/checkpoints/ddp-trainjob",
+        "JOB_NAME": "ddp-trainjob",
+        "STACK_NAME": "trainjob",
+    }
 
 
 def test_the_pods_jobset_makes_are_restricted_and_hold_no_token() -> None:

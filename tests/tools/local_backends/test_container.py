@@ -127,3 +127,48 @@ def test_a_root_this_user_may_not_give_away_is_one_line_saying_what_to_do(
     assert "\n" not in message
     assert message.startswith(f"--checkpoint-root = '{tmp_path}': the pods' fsGroup 4242")
     assert f"chgrp -R 4242 '{tmp_path}' && chmod -R g+rwX '{tmp_path}'" in message
+
+
+def test_data_claims_are_bound_read_only_and_secrets_passed_by_name_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from components.settings import REDACTED
+
+    monkeypatch.setenv("HF_TOKEN", "hf_never-on-a-command-line")
+    settings = load_stack_file("digits", REPO_ROOT)
+    job = dataclasses.replace(settings.job, gpus_per_node=0, secret_env={"HF_TOKEN": REDACTED})
+    settings = dataclasses.replace(settings, job=job)
+    manifest = api_of_settings(settings).job_manifest(settings, image="img")
+    commands, notices = container.replica_commands(
+        manifest,
+        engine=container.Engine("podman"),
+        image="img",
+        namespace="default",
+        checkpoint_root=tmp_path / "claim",
+        master_port=4321,
+        run="r",
+        workdir=tmp_path,
+        data_dirs={"digits-data": tmp_path / "data"},
+    )
+    assert notices == []
+    for command in commands:
+        argv = list(command.argv)
+        assert option(argv, "--volume") == [
+            f"{tmp_path / 'claim'}:/checkpoints",
+            f"{tmp_path / 'data'}:/data:ro",
+        ]
+        envs = option(argv, "--env")
+        assert "HF_TOKEN" in envs  # the engine gives it the value of its own environment
+        assert not any("hf_never-on-a-command-line" in word for word in argv)
+        assert "CHECKPOINT_DIR=/checkpoints/digits" in envs
+        assert "--workdir" not in argv  # the image's WORKDIR
+        entrypoint = argv.index("--entrypoint")
+        assert argv[entrypoint + 1 :] == [
+            "torchrun",
+            "img",
+            "--max-restarts",
+            "0",
+            "train.py",
+            "--epochs",
+            "30",
+        ]

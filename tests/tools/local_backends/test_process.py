@@ -138,3 +138,103 @@ def test_without_enough_gpus_the_job_runs_on_the_cpu_with_a_notice() -> None:
     assert devices == ["", ""]
     assert notice is not None and "running on the CPU" in notice
     assert pytorchjob_manifest(local, image="local")["spec"]["nprocPerNode"] == "1"
+
+
+def digits_on_the_cpu(**job: object) -> StackSettings:
+    """The example stack (your own script), on the CPU as this machine runs it."""
+    settings = load_stack_file("digits", REPO_ROOT)
+    job = {"gpus_per_node": 0, **job}
+    return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **job))
+
+
+def test_your_own_command_runs_in_its_directory_with_the_contract_mapped_here(
+    tmp_path: Path,
+) -> None:
+    settings = digits_on_the_cpu()
+    code = REPO_ROOT / "examples" / "digits"
+    job = pytorchjob_manifest(settings, image="local")
+
+    commands, notices = replica_commands(
+        job,
+        namespace="default",
+        checkpoint_root=tmp_path / "claim",
+        repo_root=REPO_ROOT,
+        master_port=4321,
+        visible_devices=["", ""],
+        code_dir=code,
+        data_dirs={"digits-data": tmp_path / "data"},
+    )
+
+    assert notices == []
+    for command in commands:
+        # The venv's torchrun (first on PATH), which reads the pod's PET_* variables.
+        assert command.argv == ["torchrun", "--max-restarts", "0", "train.py", "--epochs", "30"]
+        assert command.cwd == code  # the image's WORKDIR, where its Dockerfile puts this code
+        assert command.env["PYTHONPATH"].split(os.pathsep)[0] == str(code)
+        assert command.env["CHECKPOINT_DIR"] == str(tmp_path / "claim" / "digits")
+        assert command.env["DATA_DIR"] == str(tmp_path / "data")  # the claim's mount, mapped
+        assert (command.env["JOB_NAME"], command.env["STACK_NAME"]) == ("digits", "digits")
+        assert command.env["PET_NNODES"] == "2"
+
+
+def test_paths_in_your_images_code_directory_map_to_your_directory(tmp_path: Path) -> None:
+    settings = digits_on_the_cpu(command=("/opt/pytorch-distributed/train.py",), launcher="none")
+    job = pytorchjob_manifest(settings, image="local")
+    code = REPO_ROOT / "examples" / "digits"
+
+    commands, _ = replica_commands(
+        job,
+        namespace="default",
+        checkpoint_root=tmp_path,
+        repo_root=REPO_ROOT,
+        master_port=4321,
+        visible_devices=["", ""],
+        code_dir=code,
+    )
+
+    assert commands[0].argv == [str(code / "train.py")]
+    # A trainer-based image of your own still finds the trainer where it is.
+    trainer = pytorchjob_manifest(
+        dataclasses.replace(settings, job=load_stack_file("dev", REPO_ROOT).job), image="local"
+    )
+    trainer_commands, _ = replica_commands(
+        trainer,
+        namespace="default",
+        checkpoint_root=tmp_path,
+        repo_root=REPO_ROOT,
+        master_port=4321,
+        visible_devices=["", ""],
+        code_dir=code,
+    )
+    assert trainer_commands[0].argv[0] == str(REPO_ROOT / "trainer" / "entrypoint.sh")
+    assert trainer_commands[0].cwd == code
+
+
+def test_a_secret_variable_comes_from_this_users_environment_or_is_said_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from components.settings import REDACTED
+
+    settings = digits_on_the_cpu(secret_env={"HF_TOKEN": REDACTED})
+    job = pytorchjob_manifest(settings, image="local")
+
+    def commands() -> tuple[list[ReplicaCommand], list[str]]:
+        return replica_commands(
+            job,
+            namespace="default",
+            checkpoint_root=tmp_path,
+            repo_root=REPO_ROOT,
+            master_port=4321,
+            visible_devices=["", ""],
+        )
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    missing, notices = commands()
+    assert "HF_TOKEN" not in missing[0].env
+    assert notices[0] == (
+        "env HF_TOKEN comes from Secret digits-env (job.secretEnv), which only the cluster "
+        "holds: not set locally; export HF_TOKEN to give it to the replicas"
+    )
+    monkeypatch.setenv("HF_TOKEN", "hf_local-value")
+    given, notices = commands()
+    assert notices == [] and given[0].env["HF_TOKEN"] == "hf_local-value"
