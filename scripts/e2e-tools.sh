@@ -40,6 +40,12 @@ KUBERNETES_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 # sdk/v4 pulls sdk/v3 forward and pkg/v3 v3.215.0 no longer compiles against it).
 KUBERNETES_PROVIDER_SDK_VERSION=v4.22.2
 KUBERNETES_VERSION=1.34.2
+# etcd as Kubernetes 1.34.2 requires it (its go.mod's go.etcd.io/etcd/*/v3 v3.6.4), built from the
+# proxy: Debian's etcd-server 3.4.23 lacks watch progress requests (3.4.31 and 3.5.13 have them),
+# and over it the API server refuses client-go's streamed lists ("the required storage feature
+# RequestWatchProgress is disabled"), which kwok and the controller manager then retried with
+# backoff: pods ran and deletions finished 30 to 50 seconds late.
+ETCD_VERSION=3.6.4
 TRAINING_OPERATOR_VERSION=1.9.4
 KWOK_VERSION=0.8.0
 # Kubeflow Trainer v2 (TrainJob, TrainingRuntime) and the JobSet controller it runs jobs on; the
@@ -206,6 +212,21 @@ build_kubernetes() {
   for component in $KUBERNETES_BINARIES; do
     echo "$component: k8s.io/kubernetes@v$KUBERNETES_VERSION cmd/$component, staging modules at their published v0.${KUBERNETES_VERSION#1.}, Go module proxy" >>"$out/PROVENANCE"
   done
+}
+
+# The etcd server (its main package, go.etcd.io/etcd/server/v3), through a wrapper module whose
+# replaces stand the published sibling modules of the same version in for upstream's ../api etc.
+build_etcd() {
+  local module
+  local replacements=()
+  for module in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+    replacements+=("go.etcd.io/etcd/$module=go.etcd.io/etcd/$module@v$ETCD_VERSION")
+  done
+  wrapper_module "$work/mod" go.etcd.io/etcd/server/v3 "v$ETCD_VERSION" "${replacements[@]}"
+  cd "$work/mod"
+  go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v$ETCD_VERSION" \
+    -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
+  echo "etcd: go.etcd.io/etcd/server/v3@v$ETCD_VERSION (the etcd server), its sibling modules at the same version, Go module proxy" >"$out/PROVENANCE"
 }
 
 build_training_operator() {
@@ -418,34 +439,34 @@ build_jobset() {
   echo "jobset: $module@v$JOBSET_VERSION (its root main package), its CRD (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy" >"$out/PROVENANCE"
 }
 
-# Debian's etcd-server, containerd (1.6, with its runc v2 shim and ctr), runc and CNI plugins,
+# Debian's containerd (1.6, with its runc v2 shim and ctr), runc and CNI plugins,
 # installed before the builds start (the package lists too, which build_init_image reads), while
 # the Go compiler has the CPU. Only linked afterwards: the control plane and the real node
 # (tests/support/) run them with configs and state of their own, never the packaged services.
 install_debian_packages() {
   local command missing=()
-  for command in etcd containerd containerd-shim-runc-v2 ctr runc; do
+  for command in containerd containerd-shim-runc-v2 ctr runc; do
     command -v "$command" >/dev/null || missing+=("$command")
   done
   [[ -x /usr/lib/cni/bridge ]] || missing+=(cni)
   if [[ ${#missing[@]} -eq 0 ]]; then
     apt-cache show busybox >/dev/null 2>&1 && return 0
   elif [[ $(id -u) -ne 0 ]]; then
-    say "missing ${missing[*]}: run 'sudo apt-get install etcd-server containerd runc containernetworking-plugins'"
+    say "missing ${missing[*]}: run 'sudo apt-get install containerd runc containernetworking-plugins'"
     exit 1
   fi
-  say "installing Debian's etcd-server, containerd, runc and containernetworking-plugins (apt-get)"
+  say "installing Debian's containerd, runc and containernetworking-plugins (apt-get)"
   "$repo/scripts/apt-get.sh" update -qq >&2
   [[ ${#missing[@]} -eq 0 ]] && return 0
   DEBIAN_FRONTEND=noninteractive "$repo/scripts/apt-get.sh" install -y -qq --no-install-recommends \
-    etcd-server containerd runc containernetworking-plugins >&2
+    containerd runc containernetworking-plugins >&2
   # Debian starts the packaged services where systemd runs; the fixtures run their own.
-  systemctl disable --now etcd containerd >/dev/null 2>&1 || true
+  systemctl disable --now containerd >/dev/null 2>&1 || true
 }
 
 link_debian_packages() {
   local binary
-  for binary in etcd containerd containerd-shim-runc-v2 ctr runc; do
+  for binary in containerd containerd-shim-runc-v2 ctr runc; do
     ln -sfn "$(command -v "$binary")" "$bin/$binary"
   done
   ln -sfn /usr/lib/cni "$set_dir/cni"
@@ -486,6 +507,7 @@ TOOLS=(
   "coredns-$COREDNS_VERSION|coredns|CoreDNS v$COREDNS_VERSION (kubernetes plugin)|build_coredns|"
   "jobset-$JOBSET_VERSION|jobset|JobSet controller v$JOBSET_VERSION|build_jobset|trainer-$TRAINER_VERSION"
   "kwok-$KWOK_VERSION|kwok|kwok v$KWOK_VERSION|build_kwok|"
+  "etcd-$ETCD_VERSION|etcd|etcd v$ETCD_VERSION|build_etcd|kubernetes-$KUBERNETES_VERSION"
   "training-operator-$TRAINING_OPERATOR_VERSION|training-operator|training-operator v$TRAINING_OPERATOR_VERSION|build_training_operator|"
   "pulumi-language-python|pulumi-language-python pulumi-language-python-exec|Python language host (pulumi $PULUMI_VERSION)|build_language_python|pulumi-$PULUMI_VERSION"
   "pause-image-$PAUSE_IMAGE_VERSION||sandbox (pause) image, a static Go binary|build_pause|"
