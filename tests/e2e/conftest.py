@@ -124,6 +124,13 @@ def cluster(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> I
         yield Cluster(plane.kubeconfig, plane)
 
 
+@pytest.fixture(scope="session")
+def real_node_registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the real node's registry keeps its images, for every module that starts a node: the
+    base image's 4 GB of layers are pushed once, and a later module's push finds them there."""
+    return tmp_path_factory.mktemp("real-node-registry")
+
+
 MODULE_TIMINGS = ModuleTimings()
 
 

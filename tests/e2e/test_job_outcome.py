@@ -136,6 +136,28 @@ def kube(cluster: Cluster, settings: StackSettings) -> Kube:
     return Kube(cluster.api(), settings.job.name)
 
 
+class Lines:
+    """A running command's output, read as it comes (a thread drains the pipe), so a test can
+    wait for a line before it acts."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._reader.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._lines.append(line)
+
+    def wait_for(self, text: str, timeout: float = STEP_TIMEOUT) -> None:
+        wait_until(lambda: text in "".join(self._lines), f"{text!r} in the output", timeout)
+
+    def text(self) -> str:
+        self._reader.join(timeout=STEP_TIMEOUT)
+        return "".join(self._lines)
+
+
 def wait_until(ready: Callable[[], bool], what: str, timeout: float = STEP_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -305,13 +327,17 @@ def test_a_worker_stopped_by_sigterm_is_recreated_and_the_job_succeeds(
         text=True,
     ) as follower:
         try:
+            output = Lines(follower)
+            # Only once it follows: a pod ended before `make status` looked finds a finished job.
+            output.wait_for(f"(the log of {kube.job_name}-master-0 is not available")
             kube.end("worker", 143)
             recreated = kube.running("worker", not_uid=preempted)
             assert up.running and kube.condition("Failed") is None
             kube.end("worker", 0)
             kube.end("master", 0)
             result = up.result()
-            followed, _ = follower.communicate(timeout=STEP_TIMEOUT)
+            follower.wait(timeout=STEP_TIMEOUT)
+            followed = output.text()
         finally:
             follower.kill()  # no-op once it has exited
     show("make up (c)", result.output)

@@ -66,11 +66,13 @@ TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @pytest.fixture(scope="module")
-def node(cluster: Cluster) -> Iterator[RealNode]:
+def node(cluster: Cluster, real_node_registry: Path) -> Iterator[RealNode]:
     if cluster.plane is None:
         pytest.skip("an external cluster: the real node belongs to the suite's control plane")
     with cluster.plane.real_node(
-        registry_user=USERNAME, registry_password=REGISTRY_PASSWORD
+        registry_user=USERNAME,
+        registry_password=REGISTRY_PASSWORD,
+        registry_dir=real_node_registry,
     ) as started:
         yield started
 

@@ -77,6 +77,8 @@ NODE_TAINT = {"key": "pytorch-distributed.e2e/real-node", "value": "true", "effe
 STORAGE_CLASS = "real-node"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 PERSISTENT_VOLUMES = 4
+# A namespace's deletion waits for the namespace controller to empty it: seconds, here.
+API_OBJECTS_GONE_TIMEOUT = 120.0
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 DNS_READY_PORT = 8181
@@ -167,6 +169,7 @@ class RealNode:
         self._create_cgroup_root()
         self._start_relay()
         self._start_containerd()
+        self._wait_until_api_objects_gone()
         if self.exclusive:
             self._create_namespace()
         self._create_volumes()
@@ -655,6 +658,66 @@ disabled_plugins = [
             for remove in removals:
                 with contextlib.suppress(client.ApiException):
                     remove()
+            # A volume a retained claim still binds would wait for that claim forever: the
+            # directory behind it is removed with the node anyway.
+            for index in range(PERSISTENT_VOLUMES):
+                with contextlib.suppress(client.ApiException):
+                    core.patch_persistent_volume(
+                        f"{STORAGE_CLASS}-pv-{index}", {"metadata": {"finalizers": None}}
+                    )
+        with contextlib.suppress(ControlPlaneError):  # the next start names what is left
+            self._wait_until_api_objects_gone()
+
+    def _api_objects_left(self) -> list[str]:
+        """This node's API objects that still exist (a namespace takes seconds to empty)."""
+        from kubernetes import client
+
+        api = self.plane.api()
+        core = client.CoreV1Api(api)
+        reads = {
+            **(
+                {f"namespace {NAMESPACE}": lambda: core.read_namespace(NAMESPACE)}
+                if self.exclusive
+                else {}
+            ),
+            f"storage class {STORAGE_CLASS}": lambda: client.StorageV1Api(api).read_storage_class(
+                STORAGE_CLASS
+            ),
+            **{
+                f"volume {STORAGE_CLASS}-pv-{i}": (
+                    lambda i=i: core.read_persistent_volume(f"{STORAGE_CLASS}-pv-{i}")
+                )
+                for i in range(PERSISTENT_VOLUMES)
+            },
+        }
+        left = []
+        for what, read in reads.items():
+            try:
+                read()
+            except client.ApiException as error:
+                if error.status == 404:
+                    continue
+                raise
+            left.append(what)
+        return left
+
+    def _wait_until_api_objects_gone(self) -> None:
+        """A node started right after another (the next module's) creates the same names: it
+        must not meet the previous node's objects while they are being deleted."""
+        deadline = time.monotonic() + API_OBJECTS_GONE_TIMEOUT
+        left: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                left = self._api_objects_left()
+            except Exception:  # the plane itself is gone, and nothing of it with it
+                return
+            if not left:
+                return
+            time.sleep(0.3)
+        raise ControlPlaneError(
+            f"the previous real node's {', '.join(left)} still exist "
+            f"{API_OBJECTS_GONE_TIMEOUT:.0f}s after their deletion"
+        )
 
 
 def unsupported() -> str | None:
