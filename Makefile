@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # a `##` comment, which `make help` lists (tests/test_makefile.py checks that all are there).
 PYTHON ?= python3## the Python that creates .venv and policy/venv
 VENV ?= .venv## where the virtual environment goes
-REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt
+REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt requirements-docs.txt
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16)
 STACK ?= dev## the stack, Pulumi.<STACK>.yaml: dev, prod, trainjob, or local (the one-machine cluster)
@@ -37,7 +37,7 @@ ON_RUNNING_CLUSTER := $(if $(ON_CLUSTER),$(BIN)/python -m tools.cluster run --no
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tools/cluster/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: checkpoint cluster cluster-down cluster-status help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
+.PHONY: checkpoint cluster cluster-down cluster-status docs docs-serve help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets and the variables they read.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -48,10 +48,13 @@ help: ## List the targets and the variables they read.
 # pip's own output, not --quiet: the first install downloads torch from PyPI with its CUDA
 # libraries (about 5 GB in .venv), and pip names each file with its size and shows its progress.
 $(STAMP): $(REQUIREMENTS)
-	@echo "make: installing requirements-dev.txt into $(VENV) (torch with its CUDA libraries from" \
-	    "PyPI: about 5 GB, a few minutes on first install; for a CPU-only torch, see README)"
+	@echo "make: installing requirements-dev.txt and requirements-docs.txt into $(VENV): the Pulumi" \
+	    "SDK and providers, torch with its CUDA libraries from PyPI (about 5 GB: a few minutes on" \
+	    "first install, seconds from pip's cache; for a CPU-only torch, see README.md), the test" \
+	    "tools, linters and MkDocs. pip names each file and its size as it goes."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements-dev.txt
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements-dev.txt \
+	    -r requirements-docs.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP) ## Create .venv with everything the project needs.
@@ -149,8 +152,18 @@ cluster-status: $(STAMP) ## What of the one-machine cluster runs, and whether ea
 cluster-down: $(STAMP) ## Stop the one-machine cluster; nothing of it is left (processes, mounts, namespaces).
 	@$(BIN)/python -m tools.cluster down
 
+DOCS_ADDR ?= 127.0.0.1:8000## make docs-serve: where the site is served
+# MkDocs 1.x prints a banner about its successor on every run; it says nothing about this site.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: $(STAMP) ## Build the documentation site into site/ (strict: any warning fails).
+	$(MKDOCS) build --strict
+
+docs-serve: $(STAMP) ## Serve the documentation at DOCS_ADDR, rebuilding on every change.
+	$(MKDOCS) serve --strict --dev-addr $(DOCS_ADDR)
+
 bench: $(STAMP) ## Trainer throughput and checkpoint-stall benchmark.
 	OMP_NUM_THREADS=1 $(BIN)/python bench/trainer_throughput.py
 
 clean: ## Remove the virtual environment and local outputs (not .pulumi-state/, .checkpoints/ or .cluster/).
-	rm -rf $(VENV) rendered .pytest_cache .ruff_cache
+	rm -rf $(VENV) rendered site .pytest_cache .ruff_cache

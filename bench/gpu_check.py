@@ -1,5 +1,6 @@
 """The trainer on a GPU machine, in one go (``bench/gpu_check.sh`` runs it): every figure to one
-JSON file, a summary on stdout. Nothing here asserts on timing; the figures are for the README.
+JSON file, a summary on stdout. Nothing here asserts on timing; the figures are for
+docs/explanation/benchmarks.md.
 
 Phases, each a real ``torchrun -m trainer`` run unless said otherwise:
 

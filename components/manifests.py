@@ -337,8 +337,8 @@ def run_command(settings: StackSettings) -> dict[str, Any]:
 
 
 def contract_env(settings: StackSettings) -> list[dict[str, str]]:
-    """What every pod tells any training script (README, "Your own code"): this run's directory
-    on the checkpoint claim, the job's name and the stack's."""
+    """What every pod tells any training script (docs/tutorials/your-own-model.md): this run's
+    directory on the checkpoint claim, the job's name and the stack's."""
     env = [
         {"name": CHECKPOINT_DIR_ENV, "value": settings.checkpoint_dir},
         {"name": JOB_NAME_ENV, "value": settings.job.name},

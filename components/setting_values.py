@@ -4,7 +4,7 @@ Why its own module: components/settings.py is where a person comes to add or cha
 the declarations there should be the first thing they read. The grammar below (Kubernetes names,
 quantities, image references, label objects, the lenient spellings of numbers and booleans) is
 shared by many keys and changes rarely. Each type carries an `Allowed` text, which is both the
-error message and the README table's "allowed" cell, so the two cannot say different things.
+error message and the docs' settings table's "allowed" cell, so the two cannot say different things.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 # may be mounted over it (nor over /dev/shm or the checkpoint claim).
 APP_DIR = "/opt/pytorch-distributed"
 SHM_DIR = "/dev/shm"
-# What every pod's environment tells any training script (README, "Your own code"): the run's
-# directory on the checkpoint claim, the job's name and the stack's.
+# What every pod's environment tells any training script (docs/tutorials/your-own-model.md): the
+# run's directory on the checkpoint claim, the job's name and the stack's.
 CHECKPOINT_DIR_ENV = "CHECKPOINT_DIR"
 JOB_NAME_ENV = "JOB_NAME"
 STACK_NAME_ENV = "STACK_NAME"
@@ -100,7 +100,7 @@ REDACTED = "<redacted>"
 
 
 class Allowed(str):
-    """What a key accepts, in the words of its error message and of the README's table."""
+    """What a key accepts, in the words of its error message and of the docs' settings table."""
 
 
 def _matching(pattern: str, allowed: str, max_length: int | None = None) -> Any:

@@ -7,7 +7,7 @@ naming the key, the value and what is allowed. Only `load_settings` touches the 
 
 Why declarations: each key is one field below (name, type, default, bounds or pattern, help);
 pydantic parses from it, and the unknown-key check, the error line (`_settings_error`) and the
-README's table (`settings_table_markdown`) are derived from it, so they cannot drift apart.
+docs' settings table (`settings_table_markdown`) are derived from it, so they cannot drift apart.
 Pydantic because coercion, bounds, patterns, nested objects and the location of each error are
 what a settings reader needs, and it gives them from the declaration alone; this module only adds
 the words. The shapes a value may take (names, quantities, image references, labels) live in
@@ -103,8 +103,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAINER_CONTEXT = "trainer"
 PASSWORD_KEY = "registryPassword"
 DEFAULT_BASE_IMAGE = "nvcr.io/nvidia/pytorch:24.07-py3"
-TABLE_START = "<!-- settings-table:start (generated: python -m components.settings) -->"
-TABLE_END = "<!-- settings-table:end -->"
 
 MAX_NODES = 1000
 MAX_GPUS_PER_NODE = 16
@@ -135,7 +133,7 @@ _CONFIG = ConfigDict(
     validate_by_name=True,  # dataclasses.replace(settings.job, save_every=...) passes names
     extra="forbid",
     regex_engine="python-re",
-    use_attribute_docstrings=True,  # a field's docstring is its help, in the README's table
+    use_attribute_docstrings=True,  # a field's docstring is its help, in the docs' table
 )
 # The validation context while reading config: rules across keys apply then only, because code
 # deriving settings from settings (dataclasses.replace in tools/run_local.py) words its own.
@@ -480,7 +478,7 @@ class JobSettings(_Settings):
     """what each pod runs instead of the project's trainer: under `torchrun` (one process per
     GPU, its rendezvous from the job's controller), e.g. `[train.py, --epochs, '10']`, or the
     whole command with `job.launcher: none`; the pods get `CHECKPOINT_DIR`, `JOB_NAME` and
-    `STACK_NAME` (README, "Your own code")"""
+    `STACK_NAME` (docs/tutorials/your-own-model.md)"""
     launcher: Launcher = "torchrun"
     """`torchrun` starts `job.command`; `none` runs it as the container's command (it starts
     torchrun itself, e.g. `[bash, run.sh]`)"""
@@ -1040,29 +1038,11 @@ def _default_text(info: FieldInfo) -> str:
 
 
 def settings_table_markdown() -> str:
-    """README's configuration table, from the declarations."""
+    """The docs' settings table (docs/reference/settings.md, written by tests/docs_blocks.py),
+    from the declarations."""
     rows = ["| key | default | allowed | what it does |", "| --- | --- | --- | --- |"]
     for key, info in _declared_keys():
         allowed = _allowed(info).removeprefix("expected ")
         cells = [f"`{key}`", _default_text(info), allowed, " ".join(str(info.description).split())]
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
-
-
-def readme_with_settings_table(readme: str) -> str:
-    """`readme` with the generated table between its markers."""
-    start = readme.index(TABLE_START) + len(TABLE_START)
-    return f"{readme[:start]}\n{settings_table_markdown()}{readme[readme.index(TABLE_END) :]}"
-
-
-if __name__ == "__main__":
-    import argparse
-
-    argparse.ArgumentParser(
-        prog="python -m components.settings",
-        description="Regenerate README.md's settings table from the declarations in "
-        "components/settings.py.",
-    ).parse_args()
-    README = REPO_ROOT / "README.md"
-    README.write_text(readme_with_settings_table(README.read_text(encoding="utf-8")), "utf-8")
-    print(f"{README}: settings table regenerated")

@@ -19,7 +19,7 @@
 # The command itself runs through tools/pulumi_run.py (python3, standard library only): before it,
 # a lock left by a pulumi command that is gone (file backend) is removed and the operations an
 # interrupted update left unfinished are resolved; after a failure, one line says why and what
-# the next command does. README.md, "Troubleshooting: interrupted and failed updates", lists them.
+# the next command does. docs/how-to/recover-failed-update.md lists them.
 set -euo pipefail
 
 die() {
@@ -64,7 +64,7 @@ policy=(--policy-pack policy)
 if [[ -f "policy/config/$stack.json" ]]; then
   policy+=(--policy-pack-config "policy/config/$stack.json")
 elif [[ $action != destroy ]]; then
-  echo "pulumi-stack.sh: stack $stack has no policy/config/$stack.json: the policy pack runs with its defaults (no opt-outs: README.md, \"The rules\")" >&2
+  echo "pulumi-stack.sh: stack $stack has no policy/config/$stack.json: the policy pack runs with its defaults (no opt-outs: docs/reference/policy.md)" >&2
 fi
 
 case $action in

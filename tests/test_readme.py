@@ -1,4 +1,6 @@
-"""Facts the README states that the code decides: they must not drift apart."""
+"""Facts the README states that the code decides: they must not drift apart. (The operator's
+init container template is a generated block of docs/explanation/security.md, checked by
+tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -16,19 +18,3 @@ def test_the_cpu_only_torch_install_pins_the_torch_of_requirements_dev() -> None
     cpu_install = re.search(r"download\.pytorch\.org/whl/cpu torch==(\S+)", readme)
     assert cpu_install is not None, "the Quickstart lost its CPU-only install line"
     assert cpu_install.group(1) == pinned.group(1)
-
-
-def test_the_readme_gives_the_operator_the_restricted_init_container_template() -> None:
-    """What an admin copies into the operator's template file is the template the code holds
-    (and the real-node e2e plane runs)."""
-    from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
-
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = re.search(
-        r"<!-- restricted-init-container:start[^\n]*-->\n```yaml\n(.*?)```\n"
-        r"<!-- restricted-init-container:end -->",
-        readme,
-        re.S,
-    )
-    assert block is not None, "the README lost the operator's init container template"
-    assert block.group(1) == RESTRICTED_INIT_CONTAINER_TEMPLATE

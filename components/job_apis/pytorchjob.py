@@ -31,8 +31,8 @@ Facts about the Kubeflow training operator (kubeflow.org/v1) this module relies 
   "restricted", the API server refuses the Worker pods the operator makes from the built-in
   template (the job's Master runs, and waits for Workers that never come; the operator records a
   FailedCreatePod event on the job with the API server's reason, which `make status` shows). The
-  operator needs RESTRICTED_INIT_CONTAINER_TEMPLATE below as its template file (the README's
-  "Security" section says how); the real-node e2e plane runs it so.
+  operator needs RESTRICTED_INIT_CONTAINER_TEMPLATE below as its template file
+  (docs/explanation/security.md says how); the real-node e2e plane runs it so.
 
 The environment: pure functions over the PyTorchJob dict, so a local run sees exactly what a pod
 on the cluster would see. The rules follow training-operator v1.9

@@ -19,8 +19,6 @@ from components.settings import (
     PASSWORD_KEY,
     PROVIDER_NAMESPACES,
     REDACTED,
-    TABLE_END,
-    TABLE_START,
     TOP_LEVEL_KEYS,
     TRAINER_GID,
     TRAINER_UID,
@@ -28,7 +26,6 @@ from components.settings import (
     load_settings,
     load_stack_file,
     parse_settings,
-    readme_with_settings_table,
     settings_table_markdown,
 )
 
@@ -777,16 +774,7 @@ def test_labels_are_checked_like_kubernetes_labels() -> None:
         parse_settings(with_values(labels="team"))
 
 
-# -- one declaration per key: the README's table, the unknown-key message and the help text ----
-
-
-def test_readme_settings_table_is_generated_from_the_declarations(repo_root: Path) -> None:
-    readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    assert readme.count(TABLE_START) == 1 and readme.count(TABLE_END) == 1
-    assert readme_with_settings_table(readme) == readme, (
-        "README.md's settings table differs from components/settings.py's declarations: "
-        "run `.venv/bin/python -m components.settings`"
-    )
+# -- one declaration per key: the docs' table (tests/test_docs.py), the unknown-key message, help -
 
 
 def test_every_declared_key_has_a_default_allowed_words_and_help() -> None:

@@ -660,7 +660,7 @@ def test_a_stack_without_policy_config_runs_the_pack_with_its_defaults_and_says_
     assert result.returncode == 0, result.stderr
     assert notes(result) == [
         "pulumi-stack.sh: stack team has no policy/config/team.json: the policy pack runs with "
-        'its defaults (no opt-outs: README.md, "The rules")'
+        "its defaults (no opt-outs: docs/reference/policy.md)"
     ]
     assert calls_of(calls)[-1].split(" | ")[0] == (
         "preview --stack team --diff --policy-pack policy --event-log LOG"

@@ -461,7 +461,7 @@ class ControlPlane:
         """The operator's init container (in every worker pod: it waits until the master's name
         resolves) from the image scripts/e2e-tools.sh builds, which the real node holds; its
         default, alpine:3.10, is on Docker Hub. Made from the template a namespace that enforces
-        Pod Security "restricted" admits (the README's; the operator's own sets no
+        Pod Security "restricted" admits (docs/explanation/security.md's; the operator's own sets no
         securityContext), as the real node's namespace does."""
         template = self.workdir / "pytorch-init-container.yaml"
         template.write_text(RESTRICTED_INIT_CONTAINER_TEMPLATE)
