@@ -10,13 +10,18 @@ the root's scheme), through one interface; the protocol below is the same on eve
 What a run's root holds::
 
     checkpoint-e000025-s000000.pt   one object per checkpoint (epochs completed, step in epoch)
+    checkpoint-e000025-s000000.dcp/ or, with --parallelism fsdp, a sharded one (trainer.sharded)
     manifest.json                   committed checkpoints, oldest first, with sha256 and size
     snapshot.pt                     the latest committed checkpoint (hard link, or copy)
     metrics.jsonl                   one JSON line per epoch (written by trainer.metrics)
     rejected/                       checkpoints a resume found corrupt, set aside (never deleted)
 
 The manifest is the commit point: objects first, then the manifest naming them with their
-sha256, so a checkpoint that is not listed there (a write that was killed) is never used. Run
+sha256, so a checkpoint that is not listed there (a write that was killed) is never used. A
+sharded checkpoint is written by every rank into a temporary directory, renamed whole once
+every rank's files are written and hashed, then listed with every file's sha256 and size
+(:meth:`CheckpointStore.commit_sharded`); it has no ``snapshot.pt`` (``--consolidate`` makes
+one file of it). Sharded checkpoints need a root on a filesystem. Run
 ``python -m trainer.checkpoint ROOT`` to see what a resume would use. What a file holds is
 ``trainer.checkpoint_schema``.
 """
@@ -32,16 +37,31 @@ import mmap
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trainer.checkpoint_schema import FORMAT_VERSION, CheckpointError, TrainingCheckpoint
+from trainer.checkpoint_schema import (
+    FORMAT_VERSION,
+    SHARDED_FORMAT_VERSION,
+    CheckpointError,
+    TrainingCheckpoint,
+)
 from trainer.durable_file import storages_aligned_for_direct_io
-from trainer.storage import RunStorage, StorageRoot, open_storage
+from trainer.sharded import (
+    META_NAME,
+    MODEL_KEY,
+    SHARDED_SUFFIX,
+    hash_files,
+    is_sharded,
+    listing_sha256,
+    whole_state,
+)
+from trainer.storage import RunStorage, StorageRoot, locate, open_storage
 
 MANIFEST_NAME = "manifest.json"
 SNAPSHOT_NAME = "snapshot.pt"
@@ -68,6 +88,10 @@ class CheckpointEntry:
     fingerprint: str
     format_version: int = FORMAT_VERSION
     global_batch: int | None = None  # None in manifests of version 1 checkpoints
+    # A sharded checkpoint (``file`` is its directory): every file in it, {name: {sha256,
+    # size}}; ``sha256`` is then :func:`trainer.sharded.listing_sha256` of it, ``size`` the
+    # total. None for a whole-file checkpoint.
+    files: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> CheckpointEntry:
@@ -81,8 +105,16 @@ class CheckpointEntry:
         )
 
 
-def checkpoint_name(epochs_completed: int, step_in_epoch: int) -> str:
-    return f"checkpoint-e{epochs_completed:06d}-s{step_in_epoch:06d}.pt"
+def checkpoint_name(epochs_completed: int, step_in_epoch: int, *, sharded: bool = False) -> str:
+    suffix = SHARDED_SUFFIX if sharded else ".pt"
+    return f"checkpoint-e{epochs_completed:06d}-s{step_in_epoch:06d}{suffix}"
+
+
+def sharded_staging_name(name: str) -> str:
+    """Where the ranks write sharded checkpoint ``name`` before it is committed: a name of the
+    temporary files' shape (``trainer.durable_file.TEMPORARY_GLOB``), so a killed write's
+    leftovers are removed as partial writes."""
+    return f".{name}.tmp-shards"
 
 
 def model_sha256(state: Mapping[str, torch.Tensor]) -> str:
@@ -218,7 +250,7 @@ class CheckpointStore:
         bad: list[CheckpointEntry] = []
         for entry in reversed(entries):
             try:
-                checkpoint, _ = self._read(entry.file, entry.sha256, entry.size)
+                checkpoint, _ = self._read_entry(entry)
             except CheckpointError as error:
                 skipped.append(str(error))
                 bad.append(entry)
@@ -240,19 +272,28 @@ class CheckpointStore:
         state and its sha256."""
         listed = {entry.file: entry for entry in self.manifest()}
         entry = listed.get(name)
-        sha256, size = (entry.sha256, entry.size) if entry is not None else (None, None)
-        return self._read(name, sha256, size)
+        if entry is not None:
+            return self._read_entry(entry)
+        if is_sharded(name):
+            return self._read_sharded(name, None), ""
+        return self._read(name, None, None)
 
     def load(self, name: str) -> TrainingCheckpoint:
         """Object ``name`` mapped, unverified: for the ranks that follow rank 0, which verified
-        it, and for naming what differs in a refusal."""
+        it, and for naming what differs in a refusal. A sharded checkpoint: its ``trainer.pt``
+        (the DCP files are loaded by every rank from ``sharded_at``)."""
+        if is_sharded(name):
+            return self._read_sharded(name, None)
         shown = self.storage.location_of(name)
         with self._reading(name) as path:
             return load_checkpoint(path, mmap=True, source=shown)
 
     def verify(self, entry: CheckpointEntry) -> None:
         """Raise CheckpointError unless the object of ``entry`` has its size and sha256 (not
-        deserialised: a copy's check)."""
+        deserialised: a copy's check); for a sharded one, every file of it."""
+        if entry.files is not None:
+            self._verify_files(entry.file, entry.files)
+            return
         shown = self.storage.location_of(entry.file)
         with self._reading(entry.file) as path, path.open("rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -262,6 +303,59 @@ class CheckpointStore:
                 f"{shown} does not match its manifest entry: {size} bytes with sha256 {digest}, "
                 f"listed as {entry.size} bytes with sha256 {entry.sha256}"
             )
+
+    def _read_entry(self, entry: CheckpointEntry) -> tuple[TrainingCheckpoint, str]:
+        if entry.files is not None:
+            return self._read_sharded(entry.file, entry.files), entry.sha256
+        return self._read(entry.file, entry.sha256, entry.size)
+
+    def _sharded_directory(self, name: str) -> Path:
+        shown = self.storage.location_of(name)
+        root = self.storage.local_directory()
+        if root is None:
+            raise CheckpointError(f"{shown}: sharded checkpoints are read from a filesystem only")
+        if not (root / name).is_dir():
+            raise CheckpointError(f"{shown} is missing")
+        return root / name
+
+    def _verify_files(self, name: str, files: Mapping[str, Mapping[str, Any]]) -> None:
+        """Every file of sharded checkpoint ``name`` has the size and sha256 it was listed
+        with (CheckpointError naming the first that does not)."""
+        directory = self._sharded_directory(name)
+        try:
+            found = hash_files(directory, files)
+        except FileNotFoundError as error:
+            raise CheckpointError(f"{error.filename} is missing (a shard of {name})") from None
+        except OSError as error:
+            raise CheckpointError(f"{directory} cannot be read: {error}") from error
+        for file, listed in sorted(files.items()):
+            have = found[file]
+            shown = self.storage.location_of(f"{name}/{file}")
+            if have["size"] != listed["size"]:
+                raise CheckpointError(
+                    f"{shown} has {have['size']} bytes, manifest says {listed['size']} (truncated?)"
+                )
+            if have["sha256"] != listed["sha256"]:
+                raise CheckpointError(f"{shown} fails its sha256 check (corrupted)")
+
+    def _read_sharded(
+        self, name: str, files: Mapping[str, Mapping[str, Any]] | None
+    ) -> TrainingCheckpoint:
+        """Sharded checkpoint ``name``'s training state (all but the tensors), its files
+        verified first when ``files`` lists them."""
+        if files is not None:
+            self._verify_files(name, files)
+        directory = self._sharded_directory(name)
+        shown = self.storage.location_of(f"{name}/{META_NAME}")
+        try:
+            meta = load_checkpoint(directory / META_NAME, source=shown)
+        except FileNotFoundError:
+            raise CheckpointError(f"{shown} is missing") from None
+        except CheckpointError:
+            raise
+        except Exception as error:
+            raise CheckpointError(f"{shown} cannot be loaded: {error}") from error
+        return replace(meta, sharded_at=str(directory))
 
     def _read(
         self, name: str, sha256: str | None, size: int | None
@@ -294,7 +388,7 @@ class CheckpointStore:
             return []
         bad = {entry.file for entry in found.skipped_entries}
         self._write_manifest([e for e in self.manifest() if e.file not in bad])
-        self.storage.copy(found.entry.file, SNAPSHOT_NAME)
+        self._point_snapshot_at(found.entry.file)
         return [name for name in sorted(bad) if self.storage.move(name, f"{REJECTED_DIR}/{name}")]
 
     def remove_partial_writes(self) -> None:
@@ -330,15 +424,74 @@ class CheckpointStore:
             fingerprint=checkpoint.config_fingerprint,
             global_batch=checkpoint.run_global_batch(),
         )
-        previous = [item for item in self.manifest() if item.file != name]
+        return self._record(entry)
+
+    def commit_sharded(
+        self,
+        staging: str,
+        state: Mapping[str, Any],
+        shards: Mapping[str, Mapping[str, Any]],
+        epochs: int,
+        step: int,
+    ) -> CheckpointEntry:
+        """Commit the sharded checkpoint the ranks wrote into directory ``staging`` (rank 0,
+        once every rank's files are written and ``shards`` holds their sha256 and size):
+        ``trainer.pt`` from ``state`` (the training state without its tensors), any file no
+        rank hashed (DCP's index), the directory renamed to its name, then the manifest (the
+        commit point) and retention, as :meth:`commit`. Safe to kill at any point: until the
+        manifest names it, the directory is garbage."""
+        checkpoint = TrainingCheckpoint.from_state(state, "the state to commit")
+        name = checkpoint_name(epochs, step, sharded=True)
+        written = self.storage.write(
+            f"{staging}/{META_NAME}",
+            lambda file: torch.save(dict(state), file),  # type: ignore[arg-type]
+        )
+        files = {file: dict(listed) for file, listed in shards.items()}
+        files[META_NAME] = {"sha256": written.sha256, "size": written.size}
+        directory = self.storage.local_directory()
+        assert directory is not None, "sharded checkpoints need a root on a filesystem"
+        present = {path.name for path in (directory / staging).iterdir()}
+        files.update(hash_files(directory / staging, present - set(files)))
+        if missing := sorted(set(files) - present):
+            raise CheckpointError(f"{name}: {', '.join(missing)} listed but not written")
+        if self.write_delay_s > 0:
+            time.sleep(self.write_delay_s)
+        self.storage.delete(name)  # a directory of an earlier attempt that was never committed
+        self.storage.move(staging, name)
+        entry = CheckpointEntry(
+            file=name,
+            sha256=listing_sha256(files),
+            size=sum(int(item["size"]) for item in files.values()),
+            epochs_completed=epochs,
+            step_in_epoch=step,
+            world_size=checkpoint.world_size,
+            fingerprint=checkpoint.config_fingerprint,
+            format_version=SHARDED_FORMAT_VERSION,
+            global_batch=checkpoint.run_global_batch(),
+            files=files,
+        )
+        return self._record(entry)
+
+    def _record(self, entry: CheckpointEntry) -> CheckpointEntry:
+        """List ``entry`` (written) in the manifest, the commit point, then move the snapshot
+        and delete what retention drops."""
+        previous = [item for item in self.manifest() if item.file != entry.file]
         kept = [*previous, entry][-self.keep :]
         self._write_manifest(kept)  # the commit point
-        self.storage.copy(name, SNAPSHOT_NAME)
+        self._point_snapshot_at(entry.file)
         kept_files = {item.file for item in kept}
         for old in previous:
             if old.file not in kept_files:
                 self.storage.delete(old.file)
         return entry
+
+    def _point_snapshot_at(self, name: str) -> None:
+        """``snapshot.pt`` is the newest committed checkpoint, when that is one file; a sharded
+        one has none (a stale snapshot would be an older checkpoint posing as the newest)."""
+        if is_sharded(name):
+            self.storage.delete(SNAPSHOT_NAME)
+        else:
+            self.storage.copy(name, SNAPSHOT_NAME)
 
     def _write_manifest(self, entries: Sequence[CheckpointEntry]) -> None:
         payload = {
@@ -349,6 +502,15 @@ class CheckpointStore:
         self.storage.write(MANIFEST_NAME, lambda file: file.write(encoded))
 
 
+def locate_checkpoint(source: StorageRoot) -> tuple[RunStorage, str | None] | None:
+    """What ``--init-from`` names: a run's root (name None), one checkpoint of a root (a file,
+    or a sharded checkpoint's directory), or nothing there (None)."""
+    located = locate(source)
+    if located is not None and located[1] is None and is_sharded(located[0].location.rstrip("/")):
+        return located[0].parent()
+    return located
+
+
 def load_at(location: str) -> TrainingCheckpoint:
     """The checkpoint object at ``location`` (a root's location of it), mapped, unverified."""
     storage, name = open_storage(location).parent()
@@ -357,14 +519,17 @@ def load_at(location: str) -> TrainingCheckpoint:
 
 def describe(root: StorageRoot) -> dict[str, Any]:
     """What ``python -m trainer.checkpoint ROOT`` prints."""
-    storage = open_storage(root)
-    problem = storage.missing()
-    if problem is not None:
-        raise CheckpointError(f"checkpoint directory {storage.location} {problem}")
-    found = CheckpointStore(storage).find_resumable()
+    store = _opened(root)
+    found = store.find_resumable()
     if found is None:
-        raise CheckpointError(f"no committed checkpoint in {storage.location} (no {MANIFEST_NAME})")
+        raise CheckpointError(
+            f"no committed checkpoint in {store.storage.location} (no {MANIFEST_NAME})"
+        )
     checkpoint = found.checkpoint
+    if checkpoint.sharded_at is not None:
+        model_state = whole_state(checkpoint.sharded_at)[MODEL_KEY]
+    else:
+        model_state = checkpoint.model_state
     return {
         "path": found.location,
         "epochs_completed": checkpoint.epochs_run,
@@ -372,7 +537,9 @@ def describe(root: StorageRoot) -> dict[str, Any]:
         "epoch_position": checkpoint.epoch_position,
         "global_batch": checkpoint.run_global_batch(),
         "world_size": checkpoint.world_size,
-        "model_sha256": model_sha256(checkpoint.model_state),
+        "layout": "sharded" if found.entry.files is not None else "whole",
+        "files": len(found.entry.files) if found.entry.files is not None else 1,
+        "model_sha256": model_sha256(model_state),
         "sha256": found.entry.sha256,
         "size": found.entry.size,
         "config": checkpoint.config,
@@ -383,20 +550,87 @@ def describe(root: StorageRoot) -> dict[str, Any]:
     }
 
 
+def _opened(root: StorageRoot) -> CheckpointStore:
+    storage = open_storage(root)
+    problem = storage.missing()
+    if problem is not None:
+        raise CheckpointError(f"checkpoint directory {storage.location} {problem}")
+    return CheckpointStore(storage)
+
+
+def verify_all(root: StorageRoot) -> list[str]:
+    """Check every committed checkpoint of ``root`` against the manifest (every file of a
+    sharded one); one line per checkpoint, CheckpointError naming the first that fails."""
+    store = _opened(root)
+    entries = store.manifest()
+    if not entries:
+        raise CheckpointError(f"no committed checkpoint in {store.storage.location}")
+    said = []
+    for entry in entries:
+        store.verify(entry)
+        files = len(entry.files) if entry.files is not None else 1
+        said.append(f"{store.storage.location_of(entry.file)}: {files} file(s) verified")
+    return said
+
+
+def consolidate(root: StorageRoot, out: Path) -> dict[str, Any]:
+    """Write the checkpoint a resume from ``root`` would use as one whole file at ``out``: the
+    model weights whole (``torch.load(out)["MODEL_STATE"]``, for inference or ``--init-from``)
+    with the training state beside them; a sharded checkpoint's optimizer state is left out
+    (it is keyed by parameter name, not in ``Optimizer.state_dict``'s form). Returns what
+    ``describe`` says of it."""
+    info = describe(root)
+    found = _opened(root).find_resumable()
+    assert found is not None
+    checkpoint = found.checkpoint
+    if checkpoint.sharded_at is not None:
+        checkpoint = replace(
+            checkpoint,
+            model_state=whole_state(checkpoint.sharded_at)[MODEL_KEY],
+            optimizer_state=None,
+            format_version=FORMAT_VERSION,
+            sharded_at=None,
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint.to_state(), out)
+    return info
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.checkpoint",
-        description="Print, as JSON, the checkpoint a resume from ROOT would use.",
+        description="Print, as JSON, the checkpoint a resume from ROOT would use (whole-file "
+        "or sharded).",
     )
     parser.add_argument(
         "root",
         metavar="ROOT",
         help="a run's checkpoint directory, or the URL of its root on another storage backend",
     )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also verify every committed checkpoint, every file of a sharded one, against the "
+        "manifest",
+    )
+    parser.add_argument(
+        "--consolidate",
+        metavar="FILE",
+        type=Path,
+        help="also write that checkpoint as one whole file (its weights whole: for inference, "
+        "or --init-from)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="warning: %(message)s")
     try:
-        info = describe(args.root)
+        if args.all:
+            for line in verify_all(args.root):
+                print(line, file=sys.stderr)
+        if args.consolidate is not None:
+            info = consolidate(args.root, args.consolidate)
+            print(f"consolidated {info['path']} into {args.consolidate}", file=sys.stderr)
+        else:
+            info = describe(args.root)
     except (CheckpointError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -16,6 +16,12 @@ times ``WORLD_SIZE``, their position the manifest's step times that. Some carry 
 entry (seed, epoch, step, steps per epoch) that this trainer ignores and no longer writes. A
 version 1 reader would resume a version 2 file with its own ranks' batch as the global batch, a
 different run, so version 2 files are refused by it (the reason for the bump).
+
+Sharded checkpoints (``--parallelism fsdp``, ``trainer.sharded``) are a directory: the model and
+optimizer state as torch.distributed.checkpoint (DCP) files, one or more per rank, and this
+dictionary beside them with an empty ``MODEL_STATE`` and no ``OPTIMIZER_STATE``. It says
+``FORMAT_VERSION`` 3 (:data:`SHARDED_FORMAT_VERSION`): a version 2 reader would take the empty
+model state for the weights, so it must refuse. Whole-file checkpoints stay version 2.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Bumped only when a reader of this version could misread a newer file; readers refuse newer.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 2  # what a whole-file checkpoint says
+SHARDED_FORMAT_VERSION = 3  # what the dictionary beside a sharded checkpoint's files says
+READABLE_VERSION = SHARDED_FORMAT_VERSION  # the newest this trainer reads
 
 # The keys of the dictionary on disk. MODEL_STATE and EPOCHS_RUN are the tutorial's.
 FORMAT_VERSION_KEY = "FORMAT_VERSION"
@@ -87,6 +95,9 @@ class TrainingCheckpoint:
     global_batch: int | None = None
     epoch_position: int | None = None
     format_version: int = FORMAT_VERSION
+    # Not on disk: where a sharded checkpoint's DCP files are, set by whoever read it (the model
+    # and optimizer state are loaded from there, ``trainer.sharded``); None for a whole file.
+    sharded_at: str | None = None
 
     def to_state(self) -> dict[str, Any]:
         """The dictionary ``torch.save`` writes; no tensor is copied."""
@@ -115,9 +126,10 @@ class TrainingCheckpoint:
         if missing:
             raise CheckpointError(f"{source} lacks {', '.join(missing)}")
         version = int(state[FORMAT_VERSION_KEY])
-        if version > FORMAT_VERSION:
+        if version > READABLE_VERSION:
             raise CheckpointError(
-                f"{source} has format version {version}, this trainer reads up to {FORMAT_VERSION}"
+                f"{source} has format version {version}, this trainer reads up to "
+                f"{READABLE_VERSION}"
             )
         return cls(
             model_state=state[MODEL_STATE],

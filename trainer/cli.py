@@ -32,6 +32,9 @@ DEFAULT_TASK = "trainer.task:regression_task"
 EXIT_REFUSED = 2
 EXIT_PEER_LOST = 200
 DEFAULT_PG_TIMEOUT_S = 300.0
+# How the model is spread over the ranks (trainer.parallelism): replicated (DDP) or sharded
+# (FSDP2, with sharded checkpoints). components/setting_values.py's Parallelism is held to this.
+PARALLELISMS = ("ddp", "fsdp")
 
 
 def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
@@ -91,6 +94,12 @@ class UsageError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+def _parallelism(text: str) -> str:
+    if text not in PARALLELISMS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(PARALLELISMS)}, got {text!r}")
+    return text
 
 
 def _checkpoint_dir(text: str) -> str:
@@ -234,6 +243,17 @@ class TrainConfig:
             action="store_true",
         ),
     )
+    parallelism: str = field(
+        default="ddp",
+        metadata=_cli(
+            "ddp: every rank holds the whole model, rank 0 writes each checkpoint as one file; "
+            "fsdp: parameters, gradients and optimizer state sharded over the ranks (FSDP2), "
+            "each rank writing its shard of a sharded checkpoint (default: %(default)s). "
+            "Either resumes the other's checkpoints, on any world size",
+            type=_parallelism,
+            metavar="{ddp,fsdp}",
+        ),
+    )
 
     def semantic_config(self) -> dict[str, object]:
         """What a checkpoint must agree with to be resumed.
@@ -242,9 +262,11 @@ class TrainConfig:
         purpose: they change how long or how often we train/save, not what one training step
         computes, so a finished run may be extended with more epochs or saved more often.
         --init-from is left out too: it only seeds a fresh run's weights, and the run's own
-        checkpoints record it. --global-batch-size is checked against the checkpoint's recorded
-        global batch instead (``trainer.resume``): a checkpoint of a run started without the
-        flag has the same global batch as one started with the value it implied.
+        checkpoints record it. So is --parallelism: DDP and FSDP compute the same steps, and
+        each loads the other's checkpoints. --global-batch-size is checked against the
+        checkpoint's recorded global batch instead (``trainer.resume``): a checkpoint of a run
+        started without the flag has the same global batch as one started with the value it
+        implied.
         """
         return {
             "task": self.task,
@@ -289,7 +311,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> _Parser:
     parser = _Parser(
         prog="python -m trainer",
-        description="Fault-tolerant, resumable DDP trainer (run it under torchrun).",
+        description="Fault-tolerant, resumable DDP or FSDP trainer (run it under torchrun).",
     )
     for spec in fields(TrainConfig):
         option: Option = spec.metadata["option"]
@@ -325,6 +347,13 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
             "--init-optimizer needs --init-from PATH (the run to take it from)", "init_optimizer"
         )
     own = open_storage(args.checkpoint_dir)
+    if args.parallelism == "fsdp" and own.local_directory() is None:
+        raise UsageError(
+            f"argument --parallelism: fsdp writes sharded checkpoints to a filesystem, and "
+            f"--checkpoint-dir {args.checkpoint_dir!r} is not one; use ddp there, or a "
+            "directory",
+            "parallelism",
+        )
     if args.init_from is not None and own.encloses(open_storage(args.init_from)):
         raise UsageError(
             f"argument --init-from: {args.init_from!r} is inside this run's "

@@ -1,12 +1,15 @@
-"""The training loop: resume from the point rank 0 chose (``trainer.resume``), train with DDP,
-checkpoint on schedule (``trainer.save_schedule``: every SAVE_EVERY epochs, every
---save-every-steps steps, at the end) and on SIGTERM, and shut the process group down cleanly.
+"""The training loop: resume from the point rank 0 chose (``trainer.resume``), train with DDP or
+FSDP (``trainer.parallelism``), checkpoint on schedule (``trainer.save_schedule``: every
+SAVE_EVERY epochs, every --save-every-steps steps, at the end) and on SIGTERM, and shut the
+process group down cleanly.
 
 A step trains one global batch, the same samples on any number of ranks (``trainer.data``): a
 rank runs its share in one forward/backward pass, or in several micro-batches whose gradients
-it accumulates locally (DDP's ``no_sync``) before the one all-reduce of the step.
+it accumulates locally (``trainer.parallelism.gradient_sync``) before the one reduction of the
+step.
 
-Who writes what: model and optimizer are replicated by DDP, so rank 0 writes them once. Each
+Who writes what: under DDP model and optimizer are replicated, so rank 0 writes them once;
+under FSDP every rank writes its shards (``trainer.sharded_writer``) and rank 0 the rest. Each
 rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a list indexed by
 rank, so a restart with the same world size gives every rank back its own RNG stream. What a
 checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the run's storage is
@@ -16,7 +19,6 @@ knows the storage (``trainer.storage``) only by its interface, whichever backend
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -27,12 +29,17 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.nn.parallel import DistributedDataParallel
 
 from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_at
-from trainer.checkpoint_schema import RankState, TrainingCheckpoint
+from trainer.checkpoint_schema import (
+    FORMAT_VERSION,
+    SHARDED_FORMAT_VERSION,
+    RankState,
+    TrainingCheckpoint,
+)
 from trainer.cli import (
     DEFAULT_PG_TIMEOUT_S,
     EXIT_PEER_LOST,
@@ -51,10 +58,13 @@ from trainer.distributed import (
     shutdown,
 )
 from trainer.metrics import EpochLoss, MetricsLog, rewind
+from trainer.parallelism import FSDP, device_for_building, gradient_sync, parallelize
 from trainer.restore import resume_from, warm_start_from
 from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
 from trainer.rng import capture_rng
 from trainer.save_schedule import SaveSchedule
+from trainer.sharded import training_state
+from trainer.sharded_writer import ShardedWriter
 from trainer.step_log import StepLog
 from trainer.stop_agreement import StopAgreement
 from trainer.storage import RunStorage, open_storage
@@ -68,16 +78,18 @@ class Trainer:
     config: TrainConfig
     ctx: DistContext
     task: Task
-    model: DistributedDataParallel
+    model: nn.Module  # what trains: a DDP wrapper of task.model, or task.model sharded (FSDP)
     data: GlobalBatches
     storage: RunStorage  # the run's root: checkpoints and metrics
-    writer: CheckpointWriter | None  # rank 0 only
+    writer: CheckpointWriter | None  # rank 0 only, DDP
+    sharded_writer: ShardedWriter | None = None  # every rank, FSDP
     origin: Mapping[str, Any] | None = None  # a warm start's source, kept in every checkpoint
     step_log: StepLog | None = None  # the TRAINER_STEP_LOG hook
 
     @classmethod
     def build(cls, config: TrainConfig, ctx: DistContext, global_batch: int) -> Trainer:
-        task = build_task(config.task, TaskContext(config.seed, config.dataset_size, ctx.device))
+        building = device_for_building(config.parallelism, ctx.device)
+        task = build_task(config.task, TaskContext(config.seed, config.dataset_size, building))
         inputs = task.inputs.to(ctx.device)
         targets = task.targets.to(ctx.device)
         data = GlobalBatches(
@@ -89,15 +101,19 @@ class Trainer:
             rank=ctx.rank,
             world_size=ctx.world_size,
         )
-        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        model = DistributedDataParallel(task.model, device_ids=device_ids)
+        model = parallelize(task, ctx, config.parallelism)
         storage = open_storage(config.checkpoint_dir)
-        writer = None
-        if ctx.is_main:
-            delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
-            writer = CheckpointWriter(CheckpointStore(storage, config.keep, delay))
+        delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
+        store = CheckpointStore(storage, config.keep, delay)
+        writer, sharded_writer = None, None
+        if config.parallelism == FSDP:
+            sharded_writer = ShardedWriter(store, ctx)
+        elif ctx.is_main:
+            writer = CheckpointWriter(store)
         step_log = StepLog.from_environment(ctx.rank, ctx.world_size)
-        return cls(config, ctx, task, model, data, storage, writer, step_log=step_log)
+        return cls(
+            config, ctx, task, model, data, storage, writer, sharded_writer, step_log=step_log
+        )
 
     def _chosen_checkpoint(
         self, location: str, state: TrainingCheckpoint | None
@@ -113,27 +129,41 @@ class Trainer:
         ``step``: global batches done in epoch ``epochs`` (0 at an epoch's end)."""
         mine = RankState(capture_rng(), loss.total(), samples)
         per_rank = all_gather_object(self.ctx, mine.to_state())
+        if self.sharded_writer is not None:
+            meta = self.checkpoint_state(epochs, step, per_rank, tensors=False)
+            self.sharded_writer.save(
+                training_state(self.task.model, self.task.optimizer),
+                meta if self.ctx.is_main else None,
+                epochs,
+                step,
+                final=final,
+            )
+            return
         if self.writer is None:
             return
         state = self.checkpoint_state(epochs, step, per_rank)
         self.writer.save(state, epochs_completed=epochs, step_in_epoch=step, final=final)
 
-    def checkpoint_state(self, epochs: int, step: int, per_rank: list[object]) -> dict[str, Any]:
+    def checkpoint_state(
+        self, epochs: int, step: int, per_rank: list[object], *, tensors: bool = True
+    ) -> dict[str, Any]:
         """The dictionary a save writes: where in the data it was taken is the position in the
-        epoch's sample order and the global batch, which hold on any world size."""
+        epoch's sample order and the global batch, which hold on any world size. Without
+        ``tensors``: a sharded checkpoint's, whose model and optimizer state are its shards."""
         scheduler = self.task.scheduler
         return TrainingCheckpoint(
-            model_state=self.task.model.state_dict(),
+            model_state=self.task.model.state_dict() if tensors else {},
             epochs_run=epochs,
             world_size=self.ctx.world_size,
             config_fingerprint=self.config.fingerprint(),
-            optimizer_state=self.task.optimizer.state_dict(),
+            optimizer_state=self.task.optimizer.state_dict() if tensors else None,
             scheduler_state=scheduler.state_dict() if scheduler is not None else None,
             per_rank=per_rank,
             config=self.config.semantic_config(),
             origin=self.origin,
             global_batch=self.data.global_batch,
             epoch_position=self.data.position(step),
+            format_version=FORMAT_VERSION if tensors else SHARDED_FORMAT_VERSION,
         ).to_state()
 
     def restore(self, point: ResumePoint, state: TrainingCheckpoint | None) -> tuple[float, int]:
@@ -277,7 +307,7 @@ class Trainer:
         losses = []
         last = len(pieces) - 1
         for index, piece in enumerate(pieces):
-            with model.no_sync() if index < last else contextlib.nullcontext():
+            with gradient_sync(model, index == last):
                 piece_loss = loss_fn(model(piece.inputs), piece.targets)
                 (piece_loss * piece.scale).backward()
             if piece.size:
@@ -329,12 +359,15 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
         del state  # rank 0's copy of a possibly large checkpoint is not kept while training
         completed = trainer.run(point, stop, carried)
     finally:
-        if trainer.writer is not None:
-            trainer.writer.close()  # a SIGTERM or the end of training commits the write in flight
+        # A SIGTERM or the end of training commits the write in flight.
+        for writer in (trainer.writer, trainer.sharded_writer):
+            if writer is not None:
+                writer.close()
         if trainer.step_log is not None:
             trainer.step_log.close()
-    if ctx.is_main and trainer.writer.last_committed is not None:
-        entry = trainer.writer.last_committed
+    committed = trainer.writer or trainer.sharded_writer
+    if ctx.is_main and committed is not None and committed.last_committed is not None:
+        entry = committed.last_committed
         LOG.info("last checkpoint: %s (%d epochs completed)", entry.file, entry.epochs_completed)
     if completed:
         return 0

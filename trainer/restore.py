@@ -1,6 +1,11 @@
 """Loading a checkpoint into a task: a resume (everything: weights, optimizer, scheduler, this
 rank's RNG streams and partial epoch loss) or a warm start (weights, and the optimizer state
-only when asked). Which checkpoint, and whether at all, is ``trainer.resume``'s decision."""
+only when asked). Which checkpoint, and whether at all, is ``trainer.resume``'s decision.
+
+Either checkpoint layout loads into either parallelism: a whole file into a DDP model as it is,
+into an FSDP one shard by shard; a sharded checkpoint (``trainer.sharded``) through DCP, which
+reshards it to this run's ranks or gives a plain model its whole tensors. Loading a sharded
+checkpoint is collective: every rank calls these functions."""
 
 from __future__ import annotations
 
@@ -8,18 +13,26 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
+from trainer.parallelism import is_fully_sharded
 from trainer.resume import ResumeRefusedError
 from trainer.rng import restore_rng
+from trainer.sharded import load_sharded, load_whole
 from trainer.task import Task
 
 
 def resume_from(task: Task, state: TrainingCheckpoint, rank: int, world_size: int) -> RankState:
     """Restore ``task`` from its own run's checkpoint; returns what this rank carries over
     (see :meth:`TrainingCheckpoint.rank_state` for a world size other than the saved one)."""
-    task.model.load_state_dict(state.model_state)
-    task.optimizer.load_state_dict(state.optimizer_state)
+    if state.sharded_at is not None:
+        load_sharded(task.model, task.optimizer, state.sharded_at)
+    elif is_fully_sharded(task.model):
+        load_whole(task.model, task.optimizer, state.model_state, state.optimizer_state)
+    else:
+        task.model.load_state_dict(state.model_state)
+        task.optimizer.load_state_dict(state.optimizer_state)
     if task.scheduler is not None and state.scheduler_state is not None:
         task.scheduler.load_state_dict(state.scheduler_state)
     mine = state.rank_state(rank, world_size)
@@ -31,6 +44,9 @@ def warm_start_from(
     task: Task, state: TrainingCheckpoint, path: str, *, task_name: str, with_optimizer: bool
 ) -> None:
     """Seed a new run: model weights, and the optimizer state only when asked."""
+    if state.sharded_at is not None or is_fully_sharded(task.model):
+        _warm_start_across_layouts(task, state, path, task_name, with_optimizer)
+        return
     try:
         task.model.load_state_dict(state.model_state)
     except RuntimeError as error:
@@ -40,6 +56,30 @@ def warm_start_from(
         ) from None
     if with_optimizer:
         _load_optimizer_checked(task.optimizer, state.optimizer_state, path)
+
+
+def _warm_start_across_layouts(
+    task: Task, state: TrainingCheckpoint, path: str, task_name: str, with_optimizer: bool
+) -> None:
+    """A warm start from or into sharded state: one error for whatever does not fit (names,
+    shapes; DCP raises its own exception type, not an Exception)."""
+    sharded = state.sharded_at is not None
+    if with_optimizer and not sharded and state.optimizer_state is None:
+        raise ResumeRefusedError(f"--init-optimizer: {path} holds no optimizer state")
+    try:
+        if state.sharded_at is not None:
+            load_sharded(
+                task.model, task.optimizer, state.sharded_at, with_optimizer=with_optimizer
+            )
+        else:
+            optimizer_state = state.optimizer_state if with_optimizer else None
+            load_whole(task.model, task.optimizer, state.model_state, optimizer_state)
+    except (RuntimeError, ValueError, KeyError, IndexError, CheckpointException) as error:
+        what = "weights and optimizer state" if with_optimizer else "weights"
+        raise ResumeRefusedError(
+            f"--init-from {path}: its {what} do not fit this run's model (--task {task_name}): "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
+        ) from None
 
 
 def _load_optimizer_checked(

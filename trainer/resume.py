@@ -20,11 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.checkpoint import REJECTED_DIR, CheckpointError, CheckpointStore
+from trainer.checkpoint import REJECTED_DIR, CheckpointError, CheckpointStore, locate_checkpoint
 from trainer.checkpoint_schema import TrainingCheckpoint
 from trainer.cli import TrainConfig
 from trainer.distributed import DistContext, broadcast_object
-from trainer.storage import locate
 
 LOG = logging.getLogger("trainer")
 WORLD_SIZE = "world_size"
@@ -240,7 +239,7 @@ def warm_start_point(
     source = config.init_from
     assert source is not None
     where = f"--init-from {source}"
-    located = locate(source)
+    located = locate_checkpoint(source)
     if located is None:
         raise CheckpointError(f"{where}: no such file or directory")
     storage, name = located
@@ -292,7 +291,7 @@ def preflight(config: TrainConfig, world_size: int) -> None:
         entries = store.manifest()
         if not entries:
             source = config.init_from
-            located = locate(source) if source is not None else None
+            located = locate_checkpoint(source) if source is not None else None
             if (
                 located is not None
                 and located[1] is None

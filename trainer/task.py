@@ -5,7 +5,7 @@ optional LR scheduler. ``--task MODULE:FUNCTION`` names a factory ``FUNCTION(ctx
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +30,9 @@ class TaskContext:
 class Task:
     """``inputs``/``targets`` hold the whole dataset (first dimension = samples). The trainer
     moves them to the device once and slices batches by index, so there is no per-sample
-    collation. ``scheduler`` (if any) is stepped once per epoch."""
+    collation. ``scheduler`` (if any) is stepped once per epoch. ``blocks``: submodules of
+    ``model`` that ``--parallelism fsdp`` shards as units of their own (its repeated layers),
+    so that only one is whole on a rank at a time; none: the model is one unit."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -40,6 +42,7 @@ class Task:
         default=nn.functional.mse_loss
     )
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    blocks: Sequence[nn.Module] = ()
 
 
 TaskFactory = Callable[[TaskContext], Task]
@@ -68,6 +71,51 @@ def regression_task(ctx: TaskContext) -> Task:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.9)
     return Task(model, optimizer, inputs, targets, nn.functional.mse_loss, scheduler)
+
+
+def block_mlp_task(ctx: TaskContext, width: int = 64, depth: int = 2) -> Task:
+    """The regression's data through a residual MLP of ``depth`` blocks of ``width``, named as
+    blocks for ``--parallelism fsdp``: the smallest model that shards like a transformer does.
+    Adam, whose two moments per parameter make sharded optimizer state matter."""
+    base = regression_task(ctx)
+    model = ResidualMLP(base.inputs.shape[1], width, depth, torch.Generator().manual_seed(ctx.seed))
+    model = model.to(ctx.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.9)
+    return Task(
+        model,
+        optimizer,
+        base.inputs,
+        base.targets,
+        nn.functional.mse_loss,
+        scheduler,
+        blocks=tuple(model.blocks),
+    )
+
+
+class ResidualMLP(nn.Module):
+    def __init__(self, features: int, width: int, depth: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.embed = nn.Linear(features, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU())
+            for _ in range(depth)
+        )
+        self.head = nn.Linear(width, 1)
+        # A private generator: the same weights on every rank and restart (FSDP, unlike DDP,
+        # does not broadcast rank 0's).
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    bound = 1.0 / module.in_features**0.5
+                    module.weight.uniform_(-bound, bound, generator=generator)
+                    module.bias.uniform_(-bound, bound, generator=generator)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(inputs)
+        for block in self.blocks:
+            hidden = hidden + block(hidden)
+        return self.head(hidden)
 
 
 def load_task_factory(spec: str) -> TaskFactory:

@@ -17,6 +17,7 @@ from trainer.checkpoint_schema import (
     LEGACY_DATA_STATE,
     MODEL_STATE,
     REQUIRED_KEYS,
+    SHARDED_FORMAT_VERSION,
     WORLD_SIZE,
     CheckpointError,
     RankState,
@@ -57,7 +58,7 @@ def test_the_on_disk_keys_do_not_change() -> None:
         "GLOBAL_BATCH",
         "EPOCH_POSITION",
     }
-    assert FORMAT_VERSION == 2
+    assert (FORMAT_VERSION, SHARDED_FORMAT_VERSION) == (2, 3)
 
 
 def test_to_state_and_from_state_round_trip_without_copying_tensors() -> None:
@@ -121,8 +122,8 @@ def test_another_world_size_gets_the_rng_streams_round_robin_and_the_loss_once()
         (lambda state: state.pop(EPOCHS_RUN), "ckpt.pt lacks EPOCHS_RUN"),
         (lambda state: [state.pop(WORLD_SIZE), state.pop(MODEL_STATE)], "lacks MODEL_STATE, WORLD"),
         (
-            lambda state: state.update({FORMAT_VERSION_KEY: FORMAT_VERSION + 1}),
-            f"ckpt.pt has format version {FORMAT_VERSION + 1}, this trainer reads up to 2",
+            lambda state: state.update({FORMAT_VERSION_KEY: SHARDED_FORMAT_VERSION + 1}),
+            f"ckpt.pt has format version {SHARDED_FORMAT_VERSION + 1}, this trainer reads up to 3",
         ),
     ],
 )

@@ -137,10 +137,18 @@ class FileStorage(RunStorage):
         return True
 
     def delete(self, name: str) -> None:
+        """A directory (a sharded checkpoint) goes with everything in it."""
+        path = self.directory / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            return
         with contextlib.suppress(FileNotFoundError):
-            (self.directory / name).unlink()
+            path.unlink()
 
     def remove_partial_writes(self) -> None:
         for stale in self.directory.glob(TEMPORARY_GLOB):
+            if stale.is_dir() and not stale.is_symlink():  # a sharded checkpoint's staging
+                shutil.rmtree(stale, ignore_errors=True)
+                continue
             with contextlib.suppress(OSError):
                 stale.unlink()
