@@ -106,12 +106,14 @@ def whole_state(directory: str | Path) -> dict[str, Any]:
     """Every tensor of a sharded checkpoint, whole, read in this process alone (no process
     group): ``{"model": {FQN: tensor}, "optimizer": {...}}``. For inspection and consolidation;
     it holds the whole state in memory."""
+    # What torch.distributed.checkpoint.format_utils.dcp_to_torch_save does, without the file.
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state: dict[str, Any] = {}
-    dcp.load(
+    _load_state_dict(
         state,
-        checkpoint_id=str(directory),
+        storage_reader=dcp.FileSystemReader(str(directory)),
         planner=_EmptyStateDictLoadPlanner(),
         no_dist=True,
     )

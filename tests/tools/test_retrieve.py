@@ -452,3 +452,33 @@ def test_the_reader_describes_with_the_trainer_only_when_the_job_ran_it() -> Non
     cluster = ClusterState()
     assert plan_reader(SETTINGS, cluster, None).trainer_image is True  # type: ignore[arg-type]
     assert plan_reader(OWN_SETTINGS, cluster, None).trainer_image is False  # type: ignore[arg-type]
+
+
+def test_a_sharded_checkpoint_is_copied_whole_and_every_file_verified(tmp_path: Path) -> None:
+    """--parallelism fsdp's checkpoints are directories: the copy takes every file the manifest
+    lists for it and checks each one's sha256; one damaged shard fails the copy."""
+    from tests.trainer.conftest import fake_sharded_commit
+    from tools.retrieve import copy_run
+    from trainer.checkpoint import CheckpointStore
+
+    run = tmp_path / "claim" / "run-b"
+    run.mkdir(parents=True)
+    store = CheckpointStore(run, keep=3)
+    for epoch in (1, 2):
+        newest = fake_sharded_commit(store, epoch, shards=3)
+    said: list[str] = []
+
+    copied = copy_run(
+        LocalReader(tmp_path / "claim"), OWN_SETTINGS, tmp_path / "out", say=said.append
+    )
+
+    assert copied.verified is True and copied.paths == [tmp_path / "out" / newest.file]
+    assert newest.files is not None
+    for name in newest.files:
+        assert (tmp_path / "out" / newest.file / name).read_bytes() == (
+            run / newest.file / name
+        ).read_bytes()
+    assert said[-1].endswith(f"epoch 2, sha256 {newest.sha256} verified")
+    (run / newest.file / "__2_0.distcp").write_bytes(b"corrupt")
+    with pytest.raises(RetrieveError, match=r"__2_0\.distcp"):
+        copy_run(LocalReader(tmp_path / "claim"), OWN_SETTINGS, tmp_path / "again")

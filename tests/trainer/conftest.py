@@ -23,8 +23,16 @@ import torch
 from tests.conftest import REPO_ROOT
 from tools import procs
 from tools.ports import free_port
-from trainer.checkpoint import CheckpointError, CheckpointStore, describe
+from trainer.checkpoint import (
+    CheckpointEntry,
+    CheckpointError,
+    CheckpointStore,
+    checkpoint_name,
+    describe,
+    sharded_staging_name,
+)
 from trainer.checkpoint_schema import TrainingCheckpoint
+from trainer.sharded import hash_files
 
 PYTHON = sys.executable
 TORCHRUN = (str(Path(sys.executable).with_name("torchrun")),)
@@ -184,6 +192,21 @@ def fake_state(value: float, epochs: int) -> dict[str, Any]:
         world_size=2,
         config_fingerprint="abc",
     ).to_state()
+
+
+def fake_sharded_commit(store: CheckpointStore, epochs: int, shards: int = 2) -> CheckpointEntry:
+    """A committed sharded checkpoint with stand-in shard files (no DCP): what the ranks
+    leave before rank 0 commits (their files, hashed by each, and DCP's
+    index, hashed by nobody), then the commit."""
+    name = checkpoint_name(epochs, 0, sharded=True)
+    staging = store.storage.local_directory() / sharded_staging_name(name)
+    staging.mkdir()
+    for rank in range(shards):
+        (staging / f"__{rank}_0.distcp").write_bytes(bytes([epochs, rank]) * 100)
+    (staging / ".metadata").write_bytes(b"index")
+    hashed = hash_files(staging, [f"__{rank}_0.distcp" for rank in range(shards)])
+    state = TrainingCheckpoint({}, epochs, shards, "abc", format_version=3).to_state()
+    return store.commit_sharded(staging.name, state, hashed, epochs, 0)
 
 
 def inspect(directory: Path) -> dict:

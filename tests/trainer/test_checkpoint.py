@@ -9,6 +9,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import struct
 import zipfile
 from collections.abc import Callable
@@ -22,6 +23,7 @@ import torch
 from tests.trainer.conftest import (
     TOTAL_EPOCHS,
     Background,
+    fake_sharded_commit,
     fake_state,
     inspect,
     inspect_cli,
@@ -37,8 +39,11 @@ from trainer.checkpoint import (
     SNAPSHOT_NAME,
     CheckpointError,
     CheckpointStore,
+    checkpoint_name,
     describe,
     model_sha256,
+    sharded_staging_name,
+    verify_all,
 )
 from trainer.checkpoint_schema import EPOCHS_RUN, LEGACY_DATA_STATE, MODEL_STATE
 
@@ -340,3 +345,77 @@ def test_a_volume_refusing_direct_io_still_gets_the_same_checkpoint(
         tmp_path / "direct" / direct.file
     ).read_bytes()
     assert not list((tmp_path / "refused").glob(".*tmp*")), "temporary files left behind"
+
+
+# -- sharded checkpoints (--parallelism fsdp): the store's side, with stand-in shard files ------
+
+
+def test_a_sharded_checkpoint_lists_every_file_and_retention_removes_whole_directories(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path, keep=2)
+    store.commit(fake_state(1.0, 1), 1, 0)  # a whole-file checkpoint before: its snapshot goes
+    for epoch in (2, 3):
+        entry = fake_sharded_commit(store, epoch)
+    assert sorted(entry.files) == [".metadata", "__0_0.distcp", "__1_0.distcp", "trainer.pt"]
+    assert entry.size == sum(path.stat().st_size for path in (tmp_path / entry.file).iterdir())
+    assert [path.name for path in tmp_path.glob("checkpoint-*")] == [
+        "checkpoint-e000002-s000000.dcp",
+        "checkpoint-e000003-s000000.dcp",
+    ]
+    assert not (tmp_path / SNAPSHOT_NAME).exists(), "a stale snapshot would pose as the newest"
+    assert not list(tmp_path.glob(".*")), "the staging directory is left behind"
+    found = store.find_resumable()
+    assert found is not None and found.entry == entry
+    assert found.checkpoint.sharded_at == str(tmp_path / entry.file)
+    assert found.checkpoint.epochs_run == 3 and found.checkpoint.format_version == 3
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "remove"])
+def test_a_damaged_shard_falls_back_to_the_previous_checkpoint_and_is_set_aside(
+    tmp_path: Path, damage: str
+) -> None:
+    store = CheckpointStore(tmp_path, keep=3)
+    fake_sharded_commit(store, 1)
+    newest = fake_sharded_commit(store, 2)
+    shard = tmp_path / newest.file / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    if damage == "flip":
+        data[7] ^= 0xFF
+        shard.write_bytes(data)
+    elif damage == "truncate":
+        shard.write_bytes(data[:10])
+    else:
+        shard.unlink()
+
+    found = store.find_resumable()
+
+    assert found is not None and found.entry.epochs_completed == 1
+    assert "__1_0.distcp" in found.skipped[0]
+    with pytest.raises(CheckpointError, match=r"__1_0\.distcp"):
+        verify_all(tmp_path)
+    assert store.set_aside(found) == [newest.file]
+    assert (tmp_path / REJECTED_DIR / newest.file / "trainer.pt").is_file()
+    assert [entry.epochs_completed for entry in store.manifest()] == [1]
+    assert verify_all(tmp_path) == [f"{tmp_path / found.entry.file}: 4 file(s) verified"]
+
+
+def test_what_a_killed_sharded_write_leaves_is_removed_and_never_read(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    fake_sharded_commit(store, 1)
+    # A kill while the ranks wrote (the staging directory), and one between the rename and the
+    # manifest (a directory under a checkpoint's name that no manifest lists).
+    staging = tmp_path / sharded_staging_name(checkpoint_name(2, 0, sharded=True))
+    staging.mkdir()
+    (staging / "__0_0.distcp").write_bytes(b"half")
+    unlisted = tmp_path / checkpoint_name(3, 0, sharded=True)
+    shutil.copytree(tmp_path / checkpoint_name(1, 0, sharded=True), unlisted)
+
+    store.remove_partial_writes()
+
+    assert not staging.exists()
+    found = store.find_resumable()
+    assert found is not None and found.entry.epochs_completed == 1
+    fake_sharded_commit(store, 3)  # the same name again: the unlisted directory is replaced
+    assert [entry.epochs_completed for entry in store.manifest()] == [1, 3]
+    assert (unlisted / "__0_0.distcp").read_bytes() == bytes([3, 0]) * 100
