@@ -256,6 +256,14 @@ TRAINER_ARGUMENTS: tuple[TrainerArgument, ...] = (
     _job_argument("task", "--task"),
     _job_argument("init_from", "--init-from"),
     _job_argument("save_every_steps", "--save-every-steps"),
+    # Left to the trainer's default (ddp) unless set, so existing jobs' args do not change.
+    TrainerArgument(
+        "parallelism",
+        "--parallelism",
+        "job.parallelism",
+        lambda s: s.job.parallelism if s.job.parallelism != "ddp" else None,
+        attribute="parallelism",
+    ),
     # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
     TrainerArgument(
         "global_batch_size",

@@ -34,6 +34,8 @@ RestartPolicy = Literal["ExitCode", "OnFailure", "Never"]
 CleanPodPolicy = Literal["None", "Running", "All"]
 JobApiName = Literal["pytorchjob", "trainjob"]
 Launcher = Literal["torchrun", "none"]
+# The trainer's --parallelism choices (trainer/cli.py's PARALLELISMS; a test holds them equal).
+Parallelism = Literal["ddp", "fsdp"]
 TolerationOperator = Literal["Equal", "Exists"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 

@@ -71,6 +71,7 @@ from components.setting_values import (
     MountPath,
     NodeSelector,
     ObjectName,
+    Parallelism,
     Platform,
     ProjectPath,
     Quantity,
@@ -397,6 +398,7 @@ TRAINER_KEYS = (
     "task",
     "initFrom",
     "saveEverySteps",
+    "parallelism",
 )
 
 
@@ -468,6 +470,11 @@ class JobSettings(_Settings):
     """also a checkpoint every this many optimizer steps, mid-epoch too (unset: at epoch ends
     only); a lost pod then costs at most this many steps"""
     elastic: ElasticSettings | None = None
+    # Issue 37: models past one GPU's memory.
+    parallelism: Parallelism = "ddp"
+    """`ddp` replicates the model on every process; `fsdp` shards its parameters, gradients and
+    optimizer state over them (FSDP2), each writing its shard of a sharded checkpoint
+    (`--parallelism`; docs/explanation/trainer.md)"""
     # Issue 31: least privilege.
     security_context: SecurityContextSettings = Field(default_factory=dict, validate_default=True)
     run_as_root: Boolean = False

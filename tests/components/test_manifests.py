@@ -7,7 +7,7 @@ import base64
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import kubernetes_validate
 import pulumi
@@ -32,6 +32,7 @@ from components.manifests import (
     trainer_argument,
     wait_annotations,
 )
+from components.setting_values import Parallelism
 from components.settings import (
     TRAINER_GID,
     TRAINER_UID,
@@ -44,7 +45,7 @@ from policy.rules.model import PYTORCHJOB_TYPE
 from policy.rules.operator import admission_violations
 from policy.rules.pod_security import run_as_root
 from tests.components.k8s_rules import restricted_violations, validate_manifest
-from trainer.cli import parse_config
+from trainer.cli import PARALLELISMS, parse_config
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
 
@@ -524,6 +525,13 @@ def test_checkpoint_reader_pod_on_runai_goes_through_its_scheduler() -> None:
     assert pod["metadata"]["labels"]["runai/queue"] == "team-a"
 
 
+def test_job_parallelism_allows_exactly_the_trainers_choices() -> None:
+    assert get_args(Parallelism) == PARALLELISMS
+    assert "--parallelism" not in trainer_args(settings_for())  # ddp: the trainer's default
+    with pytest.raises(Exception, match="parallelism"):
+        settings_for(job={"parallelism": "zero3"})
+
+
 def test_every_setting_reaches_the_trainer_field_its_argument_declares(tmp_path: Path) -> None:
     """Each TRAINER_ARGUMENTS entry, held to the trainer's own parser: the pods' args, parsed
     by trainer/cli.py as the trainer parses them, set each declared field to the setting's
@@ -542,6 +550,7 @@ def test_every_setting_reaches_the_trainer_field_its_argument_declares(tmp_path:
             "task": "tests.trainer.tasks:failing_on_rank_1",
             "initFrom": str(tmp_path / "earlier-run"),
             "saveEverySteps": 11,
+            "parallelism": "fsdp",
             "elastic": {"minNodes": 1},
         },
     )
