@@ -43,6 +43,11 @@ def test_fingerprint_ignores_how_long_and_how_often_but_not_what() -> None:
         (["100"], None, "the following arguments are required: SAVE_EVERY"),
         (["100", "25", "--epochs", "3"], None, "unrecognized arguments: --epochs 3"),
         (["100", "25", "--init-optimizer"], "init_optimizer", "--init-optimizer needs --init-from"),
+        (
+            ["100", "25", "--parallelism", "zero3"],
+            "parallelism",
+            "argument --parallelism: must be one of ddp, fsdp, got 'zero3'",
+        ),
     ],
 )
 def test_bad_values_name_the_flag_and_what_is_allowed(
