@@ -10,7 +10,7 @@ import os
 import torch
 from torch import nn
 
-from trainer.task import Task, TaskContext, regression_task
+from trainer.task import Task, TaskContext, block_mlp_task, regression_task
 
 STATE_MB_ENV = "GPU_CHECK_STATE_MB"
 DEFAULT_STATE_MB = 2048
@@ -36,3 +36,19 @@ def large_state(ctx: TaskContext) -> Task:
     ).to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     return Task(model, optimizer, base.inputs, base.targets, nn.functional.mse_loss)
+
+
+FSDP_WIDTH_ENV = "GPU_CHECK_FSDP_WIDTH"
+FSDP_DEPTH_ENV = "GPU_CHECK_FSDP_DEPTH"
+DEFAULT_FSDP_WIDTH = 4096
+DEFAULT_FSDP_DEPTH = 16
+
+
+def sharded_mlp(ctx: TaskContext) -> Task:
+    """``--task bench.gpu_tasks:sharded_mlp``: the trainer's residual MLP (its blocks named for
+    FSDP, Adam) at ``GPU_CHECK_FSDP_DEPTH`` blocks of ``GPU_CHECK_FSDP_WIDTH`` (default 16 of
+    4096: 268M parameters, 4.3 GB of weights and Adam moments in float32), the model of the
+    FSDP measurements (bench/fsdp_memory.py, the GPU check's ``fsdp`` phase)."""
+    width = int(os.environ.get(FSDP_WIDTH_ENV, DEFAULT_FSDP_WIDTH))
+    depth = int(os.environ.get(FSDP_DEPTH_ENV, DEFAULT_FSDP_DEPTH))
+    return block_mlp_task(ctx, width=width, depth=depth)
