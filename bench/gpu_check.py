@@ -14,6 +14,12 @@ Phases, each a real ``torchrun -m trainer`` run unless said otherwise:
    command; its final weights against an uninterrupted run's, bit for bit.
 5. ``steps``: the trainer's loop against a bare DDP loop (same model, data order and batches, no
    checkpoints, no stop agreement), alternated, step time per variant and their ratio.
+6. ``fsdp``: the trainer under ``--parallelism fsdp`` (bf16 parameters, fp32 reduction on CUDA)
+   on ``bench.gpu_tasks:sharded_mlp`` (268M parameters, Adam), a sharded checkpoint every few
+   steps; per rank: step time with and without a write in flight, the loop's stall per save
+   (background) and one synchronous save's, peak device memory. With several GPUs it runs on 1
+   rank and on all of them, so the memory per rank is seen falling as ranks grow; the last
+   checkpoint is verified file by file (``describe``).
 
 NCCL needs a GPU per rank, so the DDP runs use min(2, GPUs) processes on CUDA. ``--smoke``
 shrinks everything to seconds: CI runs it on the CPU, which proves the script, not the figures.
@@ -41,22 +47,35 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gpu_tasks import STATE_MB_ENV, hidden_width, large_state
+from bench.gpu_tasks import (
+    FSDP_DEPTH_ENV,
+    FSDP_WIDTH_ENV,
+    STATE_MB_ENV,
+    hidden_width,
+    large_state,
+)
 from tools import procs
 from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import CheckpointStore, describe
 from trainer.checkpoint_schema import TrainingCheckpoint
 from trainer.cli import TrainConfig
 from trainer.data import GlobalBatches
-from trainer.distributed import DistContext, init_distributed, run_and_exit, shutdown
+from trainer.distributed import (
+    DistContext,
+    all_gather_object,
+    init_distributed,
+    run_and_exit,
+    shutdown,
+)
 from trainer.loop import Trainer
-from trainer.metrics import read_metrics
+from trainer.metrics import EpochLoss, read_metrics
 from trainer.resume import ResumePoint
 from trainer.stop_agreement import StopAgreement
 from trainer.task import TaskContext, regression_task
 
 ROOT = Path(__file__).resolve().parent.parent
 LARGE_TASK = "bench.gpu_tasks:large_state"
+FSDP_TASK = "bench.gpu_tasks:sharded_mlp"
 
 
 class Sizes:
@@ -73,6 +92,11 @@ class Sizes:
         self.steps_epochs = 2 if smoke else 4
         self.steps_dataset = 512 if smoke else 65536
         self.steps_rounds = 1 if smoke else 3
+        # fsdp: the model's blocks and width, samples per rank per step, steps, a save every.
+        self.fsdp_model = ("2", "64") if smoke else ("16", "4096")
+        self.fsdp_batch = 8 if smoke else 32
+        self.fsdp_steps = 8 if smoke else 96
+        self.fsdp_save_every = 4 if smoke else 24
 
 
 def device_info() -> dict[str, Any]:
@@ -368,6 +392,105 @@ def steps_comparison(work: Path, nproc: int, sizes: Sizes) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+def fsdp_worker(args: argparse.Namespace) -> int:
+    """One rank of the FSDP phase (run under torchrun): the trainer's own model, sharding and
+    sharded writer, driven step by step so each step and each save can be timed on every rank.
+    Stall: the time ``Trainer.checkpoint`` keeps the loop (gathering the RNG states, staging
+    this rank's shards to host memory, handing them to the writer thread)."""
+    ctx = init_distributed(600.0)
+    global_batch = args.batch * ctx.world_size
+    config = TrainConfig(
+        total_epochs=1,
+        save_every=1,
+        batch_size=args.batch,
+        checkpoint_dir=args.directory,
+        dataset_size=global_batch * (args.steps + 1),
+        task=FSDP_TASK,
+        parallelism="fsdp",
+        keep=2,
+    )
+    trainer = Trainer.build(config, ctx, global_batch)
+    point = ResumePoint(None, 0, 0, global_batch)
+    trainer.restore(point, None)
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    writer = trainer.sharded_writer
+    assert writer is not None
+    model, optimizer, loss_fn = trainer.model, trainer.task.optimizer, trainer.task.loss_fn
+    quiet, busy, stalls = [], [], []
+    for step, pieces in trainer.data.batches(0):
+        if step >= args.steps:
+            break
+        in_flight = writer.in_flight()
+        synchronize(ctx)
+        started = time.perf_counter()
+        _, inputs, targets, _, _ = pieces[0]
+        loss = loss_fn(model(inputs), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        synchronize(ctx)
+        (busy if in_flight else quiet).append(time.perf_counter() - started)
+        if (step + 1) % args.save_every == 0:
+            started = time.perf_counter()
+            trainer.checkpoint(0, step + 1, EpochLoss(), 0, final=False)
+            synchronize(ctx)
+            stalls.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    writer.wait()  # the last background write, committed
+    drain = time.perf_counter() - started
+    synchronize(ctx)
+    started = time.perf_counter()
+    # Written in this thread; a step past the last periodic save's, whose name it would take.
+    trainer.checkpoint(0, args.steps + 1, EpochLoss(), 0, final=True)
+    synchronize(ctx)
+    synchronous = time.perf_counter() - started
+    writer.close()
+    mine = {
+        "rank": ctx.rank,
+        "step_s": round(statistics.median(quiet), 5) if quiet else None,
+        "step_with_write_in_flight_s": round(statistics.median(busy), 5) if busy else None,
+        "stall_per_save_s": [round(value, 4) for value in stalls],
+        "synchronous_save_s": round(synchronous, 4),
+        "last_write_drain_s": round(drain, 4),
+        "peak_memory_gb": round(torch.cuda.max_memory_allocated(ctx.device) / 2**30, 3)
+        if ctx.device.type == "cuda"
+        else None,
+    }
+    per_rank = all_gather_object(ctx, mine)
+    if ctx.is_main:
+        described = describe(args.directory)
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "world_size": ctx.world_size,
+                    "per_rank": per_rank,
+                    "checkpoint": {
+                        key: described[key] for key in ("layout", "files", "size", "world_size")
+                    },
+                }
+            )
+        )
+    shutdown(ctx)
+    return 0
+
+
+def fsdp_phase(work: Path, info: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+    depth, width = sizes.fsdp_model
+    env = environment({FSDP_DEPTH_ENV: depth, FSDP_WIDTH_ENV: width})
+    # One rank per GPU under NCCL; on several GPUs also 1 rank, to see memory per rank fall.
+    counts = sorted({1, info["gpus"]}) if info["cuda"] and info["gpus"] > 1 else [processes(info)]
+    results: dict[str, Any] = {"blocks": int(depth), "width": int(width)}
+    for nproc in counts:
+        out = work / f"fsdp-{nproc}.json"
+        program = [str(Path(__file__).resolve()), "fsdp", "--out", str(out)]
+        program += ["--directory", str(work / f"fsdp-{nproc}"), "--batch", str(sizes.fsdp_batch)]
+        program += ["--steps", str(sizes.fsdp_steps), "--save-every", str(sizes.fsdp_save_every)]
+        run(torchrun(nproc, program), work / f"fsdp-{nproc}.log", env)
+        results[f"ranks_{nproc}"] = json.loads(out.read_text())
+    return results
+
+
 def check(args: argparse.Namespace) -> int:
     sizes = Sizes(args.smoke, args.state_mb)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="gpu-check-"))
@@ -384,6 +507,7 @@ def check(args: argparse.Namespace) -> int:
         ("stall", lambda: stall(work, sizes)),
         ("resume", lambda: resume(work, nproc, sizes)),
         ("steps", lambda: steps_comparison(work, nproc, sizes)),
+        ("fsdp", lambda: fsdp_phase(work, info, sizes)),
     )
     for name, phase in phases:
         phase_started = time.perf_counter()
@@ -411,9 +535,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--epochs", type=int, required=True)
     worker.add_argument("--dataset-size", type=int, required=True)
     worker.add_argument("--rounds", type=int, required=True)
+    sharded = sub.add_parser("fsdp", help="one rank of the FSDP phase (torchrun)")
+    sharded.add_argument("--out", required=True)
+    sharded.add_argument("--directory", required=True)
+    sharded.add_argument("--batch", type=int, required=True)
+    sharded.add_argument("--steps", type=int, required=True)
+    sharded.add_argument("--save-every", type=int, required=True)
     args = parser.parse_args(argv)
     if args.command == "steps":
         run_and_exit(lambda: steps_worker(args))
+    if args.command == "fsdp":
+        run_and_exit(lambda: fsdp_worker(args))
     if args.state_mb < 1:
         parser.error(f"--state-mb = {args.state_mb}: allowed: 1 or more")
     return check(args)

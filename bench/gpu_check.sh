@@ -2,8 +2,10 @@
 # The trainer's GPU proof, in one go, on a machine with an NVIDIA GPU (sized to finish within 10
 # minutes on one data-center GPU; not yet measured on one): a DDP run of the default task and of a model with a
 # 2 GB training state over NCCL, the checkpoint stall against a synchronous save, a SIGKILL and
-# a bitwise resume, and the trainer's step time against a bare DDP loop. Every figure goes to one
-# JSON file (bench/gpu_check.py says what each is).
+# a bitwise resume, the trainer's step time against a bare DDP loop, and an FSDP run of a 268M
+# parameter model with sharded checkpoints (step time, checkpoint stall and peak memory per rank;
+# on several GPUs on 1 rank and on all). Every figure goes to one JSON file (bench/gpu_check.py
+# says what each is).
 #
 # Usage: bench/gpu_check.sh [--out FILE] [--state-mb MB] [--smoke]
 #   --out FILE     the figures (default: gpu-check-results.json in the current directory)

@@ -456,7 +456,13 @@ class CheckpointStore:
             raise CheckpointError(f"{name}: {', '.join(missing)} listed but not written")
         if self.write_delay_s > 0:
             time.sleep(self.write_delay_s)
-        self.storage.delete(name)  # a directory of an earlier attempt that was never committed
+        # A directory can only be renamed onto an absent name: one of that name goes first (an
+        # earlier attempt that was never committed; or a committed one, first unlisted, so the
+        # manifest never names a directory that is being replaced).
+        listed = self.manifest()
+        if any(entry.file == name for entry in listed):
+            self._write_manifest([entry for entry in listed if entry.file != name])
+        self.storage.delete(name)
         self.storage.move(staging, name)
         entry = CheckpointEntry(
             file=name,
