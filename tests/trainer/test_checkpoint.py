@@ -41,6 +41,7 @@ from trainer.checkpoint import (
     CheckpointStore,
     checkpoint_name,
     describe,
+    locate_checkpoint,
     model_sha256,
     sharded_staging_name,
     verify_all,
@@ -419,3 +420,30 @@ def test_what_a_killed_sharded_write_leaves_is_removed_and_never_read(tmp_path: 
     fake_sharded_commit(store, 3)  # the same name again: the unlisted directory is replaced
     assert [entry.epochs_completed for entry in store.manifest()] == [1, 3]
     assert (unlisted / "__0_0.distcp").read_bytes() == bytes([3, 0]) * 100
+
+
+def test_a_sharded_checkpoints_directory_is_one_checkpoint_to_init_from(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    entry = fake_sharded_commit(store, 1)
+    located = locate_checkpoint(tmp_path / entry.file)
+    assert located is not None
+    root, name = located
+    assert (root.location, name) == (str(tmp_path), entry.file)
+    state, sha256 = CheckpointStore(root).read_file(name)  # verified: the manifest lists it
+    assert (state.epochs_run, state.sharded_at, sha256) == (1, str(tmp_path / name), entry.sha256)
+    assert locate_checkpoint(tmp_path) == (store.storage, None)  # the run's root
+
+
+def test_committing_a_listed_sharded_name_again_replaces_it_and_stays_listed(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path, keep=3)
+    fake_sharded_commit(store, 1)
+    first = fake_sharded_commit(store, 2, shards=2)
+    again = fake_sharded_commit(store, 2, shards=3)
+    assert [entry.file for entry in store.manifest()] == [
+        checkpoint_name(1, 0, sharded=True),
+        first.file,
+    ]
+    assert store.manifest()[-1] == again and again.sha256 != first.sha256
+    store.verify(again)
