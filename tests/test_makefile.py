@@ -110,3 +110,15 @@ def test_event_log_reaches_the_wrapper_as_a_variable() -> None:
     assert dry_run("up", "STACK=dev", "EVENT_LOG=/tmp/events.jsonl").startswith(
         "EVENT_LOG=/tmp/events.jsonl "
     )
+
+
+def test_the_e2e_projects_copy_has_every_requirement_file_the_venv_stamp_reads() -> None:
+    """The suite's project runs `make` as a user's checkout does: a requirement file the stamp
+    reads but the copy lacks stops every target with make's 'No rule to make target'."""
+    from tests.e2e.conftest import PROJECT_FILES
+
+    declared = re.search(r"^REQUIREMENTS := (.*)$", (REPO_ROOT / "Makefile").read_text(), re.M)
+    assert declared is not None
+    for name in declared.group(1).split():
+        top = name.split("/")[0]
+        assert top in PROJECT_FILES or top == "policy", name

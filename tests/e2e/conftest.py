@@ -62,6 +62,7 @@ PROJECT_FILES = (
     "__main__.py",
     "requirements.txt",
     "requirements-dev.txt",
+    "requirements-docs.txt",
     "components",
     "trainer",
     "tools",
