@@ -30,3 +30,29 @@ def test_every_e2e_module_is_collected() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert " error" not in done.stdout.splitlines()[-1], done.stdout
+
+
+def test_every_stack_on_the_real_node_names_its_storage_class() -> None:
+    """A stack whose claim names a class the node does not make waits out the claim's timeout
+    (minutes) in `make e2e`: the class has one home, tools/cluster/real_node.py."""
+    import yaml
+
+    from components.settings import PROJECT
+    from tools.cluster.real_node import STORAGE_CLASS
+
+    stacks = [
+        REPO_ROOT / "Pulumi.local.yaml",
+        *sorted((REPO_ROOT / "tests/e2e").glob("Pulumi.*.yaml")),
+    ]
+    named = {
+        path.name: checkpoints["storageClass"]
+        for path in stacks
+        if "storageClass"
+        in (
+            checkpoints := yaml.safe_load(path.read_text())["config"].get(
+                f"{PROJECT}:checkpoints", {}
+            )
+        )
+    }
+    assert named, "no stack runs on the real node"
+    assert named == dict.fromkeys(named, STORAGE_CLASS)
