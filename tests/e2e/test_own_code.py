@@ -239,7 +239,8 @@ def test_without_the_toleration_and_node_selector_the_pods_stay_pending_and_up_s
 
     assert result.returncode != 0, result.output
     assert "did not reach Running within 1 minute" in result.output, result.output
-    assert f"untolerated taint {{{POOL_KEY}: digits}}" in result.output, result.output
+    # The scheduler's reason, relayed per pod (Kubernetes 1.34 counts the nodes, not the taints).
+    assert "had untolerated taint" in result.output, result.output
     pods = kube.pods(settings.job.name)
     assert pods, "the job's pods were not created"
     for pod in pods:
