@@ -275,6 +275,7 @@ def stack_config(
     secrets: Mapping[str, str] | None = None,
     root: Path = REPO_ROOT,
     secret_paths: Mapping[str, str] | None = None,
+    project: str = PROJECT,
 ) -> tuple[dict[str, str], list[str]]:
     """The config map and secret keys the CLI would hand the program for this stack file.
 
@@ -290,7 +291,7 @@ def stack_config(
     foreign: dict[str, Any] = {}
     for key, value in (document.get("config") or {}).items():
         namespace, _, short = key.partition(":")
-        if namespace == PROJECT:
+        if namespace == project:
             values[short] = value
         else:
             foreign[key] = value
@@ -302,12 +303,12 @@ def stack_config(
         for part in reversed(inner):
             nested = {part: nested}
         values = _deep_merge(values, {top: nested})
-        secret_keys.append(f"{PROJECT}:{top}")
+        secret_keys.append(f"{project}:{top}")
     config: dict[str, str] = {}
-    for key, value in {**foreign, **{f"{PROJECT}:{k}": v for k, v in values.items()}}.items():
+    for key, value in {**foreign, **{f"{project}:{k}": v for k, v in values.items()}}.items():
         config[key] = value if isinstance(value, str) else json.dumps(value)
     for key, value in (secrets or {}).items():
-        full_key = f"{PROJECT}:{key}"
+        full_key = f"{project}:{key}"
         config[full_key] = value
         secret_keys.append(full_key)
     return config, secret_keys
@@ -337,7 +338,9 @@ def run_program(
     `project` is the program's project (another program's, examples/); `other_stacks` are the
     outputs its StackReferences read, by stack name, `secret_outputs` those held as secrets.
     """
-    config, secret_keys = stack_config(stack, overrides, secrets, secret_paths=secret_paths)
+    config, secret_keys = stack_config(
+        stack, overrides, secrets, secret_paths=secret_paths, project=project
+    )
     stack_name = Path(stack).stem.split(".")[-1] if isinstance(stack, Path) else stack
     mocks = StackMocks(preview, other_stacks, secret_outputs)
     # A fresh context: Pulumi keeps its config, root resource and settings in ContextVars.

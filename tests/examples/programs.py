@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.pulumi_harness import PROJECT, ProgramResult, RegisteredResource, unwrap_secrets
+from tests.pulumi_harness import PROJECT, ProgramResult, RegisteredResource, Secret
 
 PROVIDER_PREFIX = "pulumi:providers:"
 
@@ -21,7 +21,7 @@ def environment_resources(result: ProgramResult) -> dict[str, dict[str, Any]]:
     return {
         resource.name: {
             "type": resource.type,
-            "inputs": resource.inputs,
+            "inputs": comparable(resource.inputs),
             "retain_on_delete": resource.retain_on_delete,
             "delete_before_replace": resource.delete_before_replace,
             "replace_on_changes": resource.replace_on_changes,
@@ -47,5 +47,13 @@ def stack_file(directory: Path, stack: str, settings: dict[str, Any]) -> Path:
     return path
 
 
-def plain(value: Any) -> Any:
-    return unwrap_secrets(value)
+def comparable(value: Any) -> Any:
+    """A registered value with each secret as `{"secret": value}`: equal when the values and
+    what is secret in them are."""
+    if isinstance(value, Secret):
+        return {"secret": comparable(value.value)}
+    if isinstance(value, dict):
+        return {key: comparable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [comparable(item) for item in value]
+    return value
