@@ -4,10 +4,8 @@ the same settings as the stack config of the same values."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pulumi
 import pytest
 import yaml
 from pulumi.provider.experimental.analyzer import Analyzer
@@ -26,7 +24,6 @@ from components.settings import (
 )
 from components.training_environment import StackOutputs, TrainingEnvironment
 from tests.conftest import REPO_ROOT
-from tests.pulumi_harness import run_program
 
 
 def test_the_committed_args_module_is_what_the_generator_writes() -> None:
@@ -128,27 +125,3 @@ def test_a_registry_needs_its_password() -> None:
         }
     )
     assert settings.registry is not None and settings.registry.password == REDACTED
-
-
-@pytest.mark.parametrize("deferred", [False, True])
-def test_the_component_refuses_a_bad_argument_naming_it(deferred: bool, tmp_path: Path) -> None:
-    """A program's bad value stops it with the settings' line, whether the component declares
-    its children at once or once an Output argument is known."""
-    nodes = "pulumi.Output.from_input(0)" if deferred else "0"
-    program = tmp_path / "__main__.py"
-    program.write_text(
-        "import pulumi\n"
-        "from components.training_environment import TrainingEnvironment\n"
-        "TrainingEnvironment('training', {'image': {'build': False, 'ref': 'r.example.com/t:1'},"
-        f" 'job': {{'nodes': {nodes}}}}})\n",
-        encoding="utf-8",
-    )
-    stack = tmp_path / "Pulumi.dev.yaml"
-    stack.write_text("config: {}\n", encoding="utf-8")
-    result = run_program(stack, program=program, project="another-program")
-    assert isinstance(result.error, pulumi.RunError), result.error
-    assert str(result.error) == (
-        "TrainingEnvironment training: invalid config pytorch-distributed:job.nodes = 0: "
-        "expected an integer >= 1 and <= 1000"
-    )
-    assert not [resource for resource in result.resources if resource.custom]
