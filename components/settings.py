@@ -778,6 +778,96 @@ def _object_type(annotation: Any) -> type | None:
     return next(filter(is_pydantic_dataclass, (annotation, *get_args(annotation))), None)
 
 
+def args_fields(cls: type) -> list[tuple[str, FieldInfo]]:
+    """A settings class's typed arguments (TrainingEnvironmentArgs, components/args_codegen.py):
+    its config keys by their attribute names, the registry password among them (`password`),
+    which a stack keeps as a top-level secret (`registryPassword`) and a program passes inside
+    `registry` like any other value."""
+    fields: dict[str, FieldInfo] = cls.__pydantic_fields__  # type: ignore[attr-defined]
+    return [
+        (name, info)
+        for name, info in fields.items()
+        if not info.exclude or info.alias == PASSWORD_KEY
+    ]
+
+
+def secret_arguments() -> list[tuple[str, str]]:
+    """(object, argument) of each argument that holds a secret: those declared `repr=False`
+    (the registry password, job.secretEnv), whose values stay secret Outputs."""
+    return [
+        (key, name)
+        for key, info in args_fields(StackSettings)
+        if (section := _object_type(info.annotation)) is not None
+        for name, field in args_fields(section)
+        if not field.repr
+    ]
+
+
+def _renamed(data: Mapping[str, Any], section: type, *, to_alias: bool, at: str) -> dict[str, Any]:
+    """`data`'s keys from attribute names to config keys (or back), objects and lists of objects
+    too; a name no declaration has is refused, naming it and the names allowed."""
+    by_key = {
+        (name if to_alias else str(info.alias)): (name, info) for name, info in args_fields(section)
+    }
+    renamed: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in by_key:
+            allowed = ", ".join(by_key)
+            raise SettingsError(f"unknown argument {at}{key}: the arguments here are {allowed}")
+        name, info = by_key[key]
+        inner = _object_type(info.annotation)
+        if inner is not None and isinstance(value, Mapping):
+            value = _renamed(value, inner, to_alias=to_alias, at=f"{at}{key}.")
+        elif inner is not None and isinstance(value, list | tuple):
+            value = [
+                _renamed(item, inner, to_alias=to_alias, at=f"{at}{key}[{index}].")
+                if isinstance(item, Mapping)
+                else item
+                for index, item in enumerate(value)
+            ]
+        renamed[str(info.alias) if to_alias else name] = value
+    return renamed
+
+
+def args_of_config(values: Mapping[str, Any], password: Any = None) -> dict[str, Any]:
+    """Config values (a stack file's keys, without the project prefix) and the registry password
+    as TrainingEnvironmentArgs: what the stack's program hands the component."""
+    args = _renamed(values, StackSettings, to_alias=False, at="")
+    if password is not None and isinstance(args.get("registry"), Mapping):
+        args["registry"] = {**args["registry"], "password": password}
+    return args
+
+
+def config_of_args(args: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """TrainingEnvironmentArgs as config values and the registry password (parse_settings')."""
+    values = _renamed(
+        {key: value for key, value in args.items() if value is not None},
+        StackSettings,
+        to_alias=True,
+        at="",
+    )
+    password = None
+    if isinstance(values.get("registry"), Mapping):
+        registry = dict(values["registry"])
+        password = registry.pop(PASSWORD_KEY, None)
+        values["registry"] = registry
+    return values, password
+
+
+def _require_password(settings: StackSettings, password: Any, how: str) -> None:
+    if settings.registry is not None and password is None:
+        raise _config_error(PASSWORD_KEY, None, f"required when registry is set: {how}")
+
+
+def parse_args(args: Mapping[str, Any], *, stack: str | None = None) -> StackSettings:
+    """Validate TrainingEnvironmentArgs (plain values; the password and job.secretEnv's values
+    may be Outputs) into StackSettings, as a stack's config is: the same rules, the same errors."""
+    values, password = config_of_args(args)
+    settings = parse_settings(values, password=password, stack=stack)
+    _require_password(settings, password, "pass registry.password (a secret)")
+    return settings
+
+
 TOP_LEVEL_KEYS: tuple[str, ...] = tuple(_config_fields(StackSettings))
 OBJECT_KEYS: tuple[str, ...] = tuple(
     key for key, info in _config_fields(StackSettings).items() if _object_type(info.annotation)
@@ -969,8 +1059,9 @@ def _runtime_config() -> dict[str, Any]:
     return merged
 
 
-def load_settings() -> StackSettings:
-    """Settings of the running Pulumi program; any invalid value is one clean RunError line."""
+def _stack_config() -> tuple[dict[str, Any], Any, StackSettings]:
+    """The running program's config values, its registry password (a secret Output) and the
+    settings they make; any invalid value is one clean RunError line."""
     import pulumi
 
     config = pulumi.Config(PROJECT)
@@ -978,18 +1069,24 @@ def load_settings() -> StackSettings:
         values = _project_values(_runtime_config(), "stack config")
         values.pop(PASSWORD_KEY, None)
         password = config.get_secret(PASSWORD_KEY)
-        settings = parse_settings(
-            _secret_env_as_secrets(values), password=password, stack=pulumi.get_stack()
-        )
-        if settings.registry is not None and password is None:
-            raise _config_error(
-                PASSWORD_KEY,
-                None,
-                "required when registry is set: pulumi config set --secret registryPassword",
-            )
+        values = _secret_env_as_secrets(values)
+        settings = parse_settings(values, password=password, stack=pulumi.get_stack())
+        _require_password(settings, password, "pulumi config set --secret registryPassword")
     except SettingsError as error:
         raise pulumi.RunError(str(error)) from None
-    return settings
+    return values, password, settings
+
+
+def load_settings() -> StackSettings:
+    """Settings of the running Pulumi program; any invalid value is one clean RunError line."""
+    return _stack_config()[2]
+
+
+def load_args() -> dict[str, Any]:
+    """The running program's stack config as TrainingEnvironmentArgs, validated first (so a bad
+    value stops the program with the same line as ever, before any resource exists)."""
+    values, password, _ = _stack_config()
+    return args_of_config(values, password)
 
 
 def _secret_env_as_secrets(values: dict[str, Any]) -> dict[str, Any]:

@@ -4,15 +4,23 @@ It owns the one explicit Kubernetes provider (and the Docker provider when it bu
 them to its children as `providers`, which every resource under them inherits through `parent=`:
 the stack files disable the default providers, so nothing can land in whatever cluster the ambient
 kubeconfig happens to point at. Which children exist follows `stack_objects`, as the render does.
+
+Its arguments are TrainingEnvironmentArgs (components/environment_args.py, generated from the
+settings declarations): this repository's program builds them from the stack's config
+(`load_args`), another program writes them itself and may hand in its own Kubernetes (and Docker)
+provider through `opts.providers`, which the component then uses instead of creating one. Either
+way they are validated into the same StackSettings, so the same values declare the same objects.
+The Python component provider host (provider/) serves it to programs in other languages.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the component provider host reads the arguments'
+# and the outputs' annotations as objects (provider/__main__.py).
 import importlib
+import inspect
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_docker as docker
@@ -20,11 +28,18 @@ import pulumi_kubernetes as k8s
 from pydantic.alias_generators import to_camel
 
 from components.checkpoint_volume import CheckpointVolume
+from components.environment_args import TrainingEnvironmentArgs
 from components.environment_secret import EnvironmentSecret
 from components.job_apis import JobApi, api_of_settings
 from components.manifests import resource_names
 from components.registry_credential import RegistryCredential
-from components.settings import JobSettings, StackSettings
+from components.settings import (
+    JobSettings,
+    SettingsError,
+    StackSettings,
+    parse_args,
+    secret_arguments,
+)
 from components.stack_objects import StackObjects, stack_objects
 from components.training_image import TrainingImage, registry_auth
 
@@ -111,41 +126,112 @@ def stack_outputs(
     )
 
 
+def _holds_outputs(value: Any) -> bool:
+    """Whether `value` is, or holds, a value not known yet (an Output or an awaitable)."""
+    if isinstance(value, pulumi.Output) or inspect.isawaitable(value):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_outputs(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_outputs(item) for item in value)
+    return False
+
+
+def _split_secrets(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """`args` without their secret arguments (`secret_arguments`), and those by place."""
+    public: dict[str, Any] = dict(args)
+    secrets: dict[tuple[str, str], Any] = {}
+    for key, name in secret_arguments():
+        section = public.get(key)
+        if isinstance(section, Mapping) and section.get(name) is not None:
+            secrets[key, name] = section[name]
+            public[key] = {inner: value for inner, value in section.items() if inner != name}
+    return public, secrets
+
+
+def _with_secrets(
+    public: Mapping[str, Any], secrets: Mapping[tuple[str, str], Any]
+) -> dict[str, Any]:
+    """The arguments again, each secret one a secret Output (job.secretEnv: each value), even
+    where the caller handed in a plain value: state only ever holds `[secret]`."""
+    args = dict(public)
+    for (key, name), value in secrets.items():
+        if isinstance(value, Mapping):
+            value = {item: pulumi.Output.secret(secret) for item, secret in value.items()}
+        else:
+            value = pulumi.Output.secret(value)
+        args[key] = {**args.get(key, {}), name: value}
+    return args
+
+
 class TrainingEnvironment(pulumi.ComponentResource):
     """Composes TrainingImage, RegistryCredential, EnvironmentSecret, CheckpointVolume and the
-    job: the component of the job API `job.api` names (a PyTorchJob or a TrainJob)."""
+    job: the component of the job API `job.api` names (a PyTorchJob or a TrainJob).
 
-    outputs: StackOutputs
+    Its outputs are StackOutputs' fields, as attributes (`environment.job_name`) and in
+    `outputs`. An argument that is an Output (another stack's, another resource's) defers the
+    declaration of the children until its value is known: a preview that cannot know it shows
+    none of them."""
 
     def __init__(
-        self, name: str, settings: StackSettings, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        args: TrainingEnvironmentArgs,
+        opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:TrainingEnvironment", name, None, opts)
+        public, secrets = _split_secrets(args)
+        if _holds_outputs(public):
+            declared = pulumi.Output.from_input(public).apply(
+                lambda plain: self._declare(name, _with_secrets(plain, secrets))
+            )
+            outputs = StackOutputs(
+                **{
+                    field.name: declared.apply(lambda built, at=field.name: getattr(built, at))
+                    for field in fields(StackOutputs)
+                }
+            )
+        else:
+            outputs = self._declare(name, _with_secrets(public, secrets))
+        self.outputs = outputs
+        for field in fields(StackOutputs):
+            setattr(self, field.name, getattr(outputs, field.name))
+        self.register_outputs(outputs.by_name())
+
+    def _declare(self, name: str, args: Mapping[str, Any]) -> StackOutputs:
+        """Validate the arguments as the stack's config is, then declare the children."""
+        try:
+            settings = parse_args(args, stack=pulumi.get_stack())
+        except SettingsError as error:
+            raise pulumi.RunError(f"TrainingEnvironment {name}: {error}") from None
         # Every child and each of its resources (parent=self) resolve their provider from this
         # map, by package: none can fall back to a default provider.
         child = pulumi.ResourceOptions(
             parent=self, providers=self._create_providers(name, settings)
         )
         image, claim, job = self._create_children(name, settings, child)
-        self.outputs = stack_outputs(settings, image, claim, job)
-        self.register_outputs(self.outputs.by_name())
+        return stack_outputs(settings, image, claim, job)
 
     def _create_providers(
         self, name: str, settings: StackSettings
     ) -> list[pulumi.ProviderResource]:
+        """The providers the caller did not hand in (`opts.providers`): the Kubernetes one of
+        `kubeContext` and `namespace`, and the Docker one when the image is built."""
         own = pulumi.ResourceOptions(parent=self)
-        providers: list[pulumi.ProviderResource] = [
-            k8s.Provider(
-                f"{name}-kubernetes",
-                context=settings.kube_context,
-                namespace=settings.namespace,
-                # Server-side apply lets the operator and Run:ai own the fields they add to the job
-                # without Pulumi fighting them on every update.
-                enable_server_side_apply=True,
-                opts=own,
+        providers: list[pulumi.ProviderResource] = []
+        if self.get_provider("kubernetes:core/v1:Secret") is None:
+            providers.append(
+                k8s.Provider(
+                    f"{name}-kubernetes",
+                    context=settings.kube_context,
+                    namespace=settings.namespace,
+                    # Server-side apply lets the operator and Run:ai own the fields they add to
+                    # the job without Pulumi fighting them on every update.
+                    enable_server_side_apply=True,
+                    opts=own,
+                )
             )
-        ]
-        if settings.image.build:
+        if settings.image.build and self.get_provider("docker:index/image:Image") is None:
             # The engine comes from DOCKER_HOST (or its default socket) where `pulumi up` runs;
             # the registry credentials serve the lookup of the pushed image's digest.
             auth = registry_auth(settings.image, settings.registry)
@@ -190,3 +276,8 @@ class TrainingEnvironment(pulumi.ComponentResource):
             opts=child,
         )
         return image.image_ref, volume.claim_name, job.job_name
+
+
+# The component's outputs, as the component provider host reads them (its annotations): the stack
+# outputs, declared once in StackOutputs.
+TrainingEnvironment.__annotations__ = {field.name: field.type for field in fields(StackOutputs)}

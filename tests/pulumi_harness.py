@@ -159,12 +159,26 @@ class StackMocks(pulumi.runtime.Mocks):
     `pulumi preview` does before the image is built.
     """
 
-    def __init__(self, preview: bool) -> None:
+    def __init__(
+        self,
+        preview: bool,
+        other_stacks: Mapping[str, Mapping[str, Any]] | None = None,
+        secret_outputs: Mapping[str, list[str]] | None = None,
+    ) -> None:
         self.preview = preview
         self.invokes: list[Invoke] = []
+        # What a StackReference reads: each other stack's outputs by its name, and which of
+        # them that stack holds as secrets.
+        self.other_stacks = other_stacks or {}
+        self.secret_outputs = secret_outputs or {}
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str | None, dict]:
         state = dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":
+            stack = str(state["name"])
+            state["outputs"] = dict(self.other_stacks[stack])
+            state["secretOutputNames"] = list(self.secret_outputs.get(stack, []))
+            return stack, state
         if args.typ == "docker:index/image:Image" and not self.preview:
             image_name = str(state["imageName"])
             repository = image_name.rsplit(":", 1)[0] if "/" in image_name else image_name
@@ -261,6 +275,7 @@ def stack_config(
     secrets: Mapping[str, str] | None = None,
     root: Path = REPO_ROOT,
     secret_paths: Mapping[str, str] | None = None,
+    project: str = PROJECT,
 ) -> tuple[dict[str, str], list[str]]:
     """The config map and secret keys the CLI would hand the program for this stack file.
 
@@ -276,7 +291,7 @@ def stack_config(
     foreign: dict[str, Any] = {}
     for key, value in (document.get("config") or {}).items():
         namespace, _, short = key.partition(":")
-        if namespace == PROJECT:
+        if namespace == project:
             values[short] = value
         else:
             foreign[key] = value
@@ -288,12 +303,12 @@ def stack_config(
         for part in reversed(inner):
             nested = {part: nested}
         values = _deep_merge(values, {top: nested})
-        secret_keys.append(f"{PROJECT}:{top}")
+        secret_keys.append(f"{project}:{top}")
     config: dict[str, str] = {}
-    for key, value in {**foreign, **{f"{PROJECT}:{k}": v for k, v in values.items()}}.items():
+    for key, value in {**foreign, **{f"{project}:{k}": v for k, v in values.items()}}.items():
         config[key] = value if isinstance(value, str) else json.dumps(value)
     for key, value in (secrets or {}).items():
-        full_key = f"{PROJECT}:{key}"
+        full_key = f"{project}:{key}"
         config[full_key] = value
         secret_keys.append(full_key)
     return config, secret_keys
@@ -314,13 +329,23 @@ def run_program(
     preview: bool = False,
     program: Path = REPO_ROOT / "__main__.py",
     secret_paths: Mapping[str, str] | None = None,
+    project: str = PROJECT,
+    other_stacks: Mapping[str, Mapping[str, Any]] | None = None,
+    secret_outputs: Mapping[str, list[str]] | None = None,
 ) -> ProgramResult:
-    """Run `program` for `stack` under mocks; return what it registered, exported or raised."""
-    config, secret_keys = stack_config(stack, overrides, secrets, secret_paths=secret_paths)
+    """Run `program` for `stack` under mocks; return what it registered, exported or raised.
+
+    `project` is the program's project (another program's, examples/); `other_stacks` are the
+    outputs its StackReferences read, by stack name, `secret_outputs` those held as secrets.
+    """
+    config, secret_keys = stack_config(
+        stack, overrides, secrets, secret_paths=secret_paths, project=project
+    )
     stack_name = Path(stack).stem.split(".")[-1] if isinstance(stack, Path) else stack
+    mocks = StackMocks(preview, other_stacks, secret_outputs)
     # A fresh context: Pulumi keeps its config, root resource and settings in ContextVars.
     return contextvars.Context().run(
-        _run_in_context, stack_name, config, secret_keys, preview, program
+        _run_in_context, stack_name, config, secret_keys, mocks, program, project
     )
 
 
@@ -328,8 +353,9 @@ def _run_in_context(
     stack_name: str,
     config: dict[str, str],
     secret_keys: list[str],
-    preview: bool,
+    mocks: StackMocks,
     program: Path,
+    project: str,
 ) -> ProgramResult:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -338,14 +364,13 @@ def _run_in_context(
     logger = logging.Logger(f"pulumi-program-{stack_name}", level=logging.DEBUG)
     logger.addHandler(recorder)
     try:
-        mocks = StackMocks(preview)
         monitor = RecordingMonitor(mocks)
         pulumi.runtime.set_all_config(config, secret_keys)
         pulumi.runtime.set_mocks(
             mocks,
-            project=PROJECT,
+            project=project,
             stack=stack_name,
-            preview=preview,
+            preview=mocks.preview,
             monitor=monitor,
             logger=logger,
         )

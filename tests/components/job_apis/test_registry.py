@@ -173,8 +173,9 @@ def test_the_local_runner_runs_a_new_apis_pods_with_both_backends(tmp_path: Path
 def test_every_job_api_names_the_component_the_training_environment_builds() -> None:
     """TrainingEnvironment asks the job API which component to build and builds each one the
     same way (`JobComponent`): no component's constructor may ask for more or other."""
-    uniform = inspect.signature(JobComponent.__init__)
+    # Evaluated: training_environment.py's annotations are objects, the components' strings.
+    uniform = inspect.signature(JobComponent.__init__, eval_str=True)
     for api in (pytorchjob.API, trainjob.API):
         component = job_component(api)
         assert issubclass(component, pulumi.ComponentResource), api.component
-        assert inspect.signature(component.__init__) == uniform, api.component
+        assert inspect.signature(component.__init__, eval_str=True) == uniform, api.component

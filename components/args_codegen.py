@@ -1,0 +1,165 @@
+"""Writes components/environment_args.py, the typed arguments of TrainingEnvironment, from the
+settings declarations: `python -m components.args_codegen`.
+
+Why generated: the keys, their types, defaults and help are declared once, in
+components/settings.py; a program that builds a TrainingEnvironment (and a language's SDK that
+`pulumi package add` generates from the component's schema) wants them as typed arguments. Pulumi's
+component provider host reads a component's arguments from a TypedDict's annotations and its
+attributes' docstrings in the source, so the arguments must be a real module, written from
+the declarations; tests/components/test_environment_args.py fails while it differs from what this
+writes.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic.fields import FieldInfo
+
+from components.settings import (
+    StackSettings,
+    _allowed,
+    _default_text,
+    _object_type,
+    args_fields,
+)
+
+ARGS_MODULE = Path(__file__).with_name("environment_args.py")
+GENERATOR = "python -m components.args_codegen"
+
+
+def args_class_name(section: type) -> str:
+    """`ImageSettings` -> `ImageArgs`; the whole stack's settings are TrainingEnvironmentArgs."""
+    if section is StackSettings:
+        return "TrainingEnvironmentArgs"
+    return section.__name__.removesuffix("Settings") + "Args"
+
+
+def _python_type(annotation: Any) -> str:
+    """The plain type an argument takes, as the component provider host understands it: no
+    unions (None is leaving the argument out), Literal choices as their type, lists not tuples."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        [inner] = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return _python_type(inner)
+    if origin is Annotated:
+        return _python_type(get_args(annotation)[0])
+    if origin is Literal:
+        return type(get_args(annotation)[0]).__name__
+    if origin is tuple:
+        return f"list[{_python_type(get_args(annotation)[0])}]"
+    if origin in (dict, Mapping):
+        return f"dict[str, {_python_type(get_args(annotation)[1])}]"
+    if (section := _object_type(annotation)) is not None:
+        return args_class_name(section)
+    if annotation is Any:  # the registry password: a secret string
+        return "str"
+    return str(annotation.__name__)
+
+
+def _docstring(text: str, indent: str) -> list[str]:
+    """One line, however long: the host takes a docstring as it is written, so a wrapped one
+    would put its line breaks and indentation into the schema and every SDK's docs."""
+    text = " ".join(text.split()).replace("\\", "\\\\").replace('"', '\\"')
+    return [f'{indent}"""{text}"""']
+
+
+def field_help(info: FieldInfo) -> str:
+    """An argument's docstring: the declaration's help, its default and what it allows."""
+    allowed = _allowed(info).removeprefix("expected ")
+    default = _default_text(info)
+    if default == "required":
+        return f"{info.description} (required; allowed: {allowed})"
+    default = "unset" if default == "—" else default
+    return f"{info.description} (default: {default}; allowed: {allowed})"
+
+
+def _sections(section: type) -> Iterator[type]:
+    """Every settings class under `section`, innermost first, so each class is defined before
+    the one that uses it (the host resolves no forward references across modules)."""
+    for _, info in args_fields(section):
+        if (inner := _object_type(info.annotation)) is not None:
+            yield from _sections(inner)
+    yield section
+
+
+def _class_doc(section: type, key: str) -> str:
+    own = section.__doc__ or ""
+    if own.startswith(f"{section.__name__}("):  # the dataclass's generated signature
+        own = ""
+    if section is StackSettings:
+        return (
+            "The training environment's settings: each argument is the stack setting of the "
+            "same name (README.md, 'The Pulumi program'), validated as the stack's are."
+        )
+    return f"`{key}`: {own}" if own else f"The `{key}` settings."
+
+
+def _keys() -> dict[type, str]:
+    """Each settings class's key as a stack file writes it (`job.elastic`)."""
+    keys: dict[type, str] = {}
+
+    def visit(section: type, prefix: str) -> None:
+        for name, info in args_fields(section):
+            if (inner := _object_type(info.annotation)) is not None:
+                key = f"{prefix}{info.alias if not info.exclude else name}"
+                keys.setdefault(inner, key)
+                visit(inner, key + ".")
+
+    visit(StackSettings, "")
+    return keys
+
+
+def args_module_text() -> str:
+    """The source of components/environment_args.py."""
+    keys = _keys()
+    out = [
+        f'"""TrainingEnvironment\'s typed arguments. Generated by `{GENERATOR}` from the',
+        "settings declarations in components/settings.py: edit those, then regenerate.",
+        "",
+        "Each class is one settings object; each attribute one key, by its Python name (the",
+        "schema and the other languages' SDKs use the stack file's camelCase). Every argument may",
+        "be left out (its default applies) unless it says `required`, and may be an Output.",
+        '"""',
+        "",
+        "# No `from __future__ import annotations`: the component provider host reads these",
+        "# annotations as objects.",
+        "from typing import Required, TypedDict",
+        "",
+        "import pulumi",
+    ]
+    seen: set[type] = set()
+    for section in _sections(StackSettings):
+        if section in seen:
+            continue
+        seen.add(section)
+        out += ["", ""]
+        out.append(f"class {args_class_name(section)}(TypedDict, total=False):")
+        out += _docstring(_class_doc(section, keys.get(section, "")), "    ")
+        out.append("")
+        for name, info in args_fields(section):
+            typ = f"pulumi.Input[{_python_type(info.annotation)}]"
+            if info.is_required():
+                typ = f"Required[{typ}]"
+            out.append(f"    {name}: {typ}")
+            if (inner := _object_type(info.annotation)) is not None:
+                many = "a list of objects, each " if get_origin(info.annotation) is tuple else ""
+                text = f"{many}{_class_doc(inner, keys[inner])} ({args_class_name(inner)})"
+            else:
+                text = field_help(info)
+            out += _docstring(text, "    ")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ARGS_MODULE.write_text(args_module_text(), encoding="utf-8")
+    print(f"wrote {ARGS_MODULE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
