@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def own_event_loop() -> Iterator[None]:
+    """Each test with a current event loop of its own, closed after it: a `pulumi.ResourceHook`
+    made outside a program schedules its registration on the current loop, and the mocks' harness
+    leaves none when it ends, so a test's outcome would otherwise depend on what ran before it in
+    its worker."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield
+    loop.close()
+    asyncio.set_event_loop(None)
 
 
 @pytest.fixture
