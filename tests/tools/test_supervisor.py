@@ -128,7 +128,12 @@ def test_a_failed_job_names_the_failing_replica_and_its_last_error_line(
     make_job: Callable[..., Job],
 ) -> None:
     job = make_job(backoff_limit=0)
-    job.add(MASTER, "--say", "error: the first try", "--say", "error: the reason", "--exit", "2")
+    # The master fails only once the worker has said its line, however busy the machine is.
+    job.add(
+        MASTER,
+        *("--say", "error: the first try", "--say", "error: the reason"),
+        *("--after", WORKER, "--exit", "2"),
+    )
     job.add(WORKER, "--forever", "--say", "ValueError: a later line, from another replica")
 
     outcome = outcome_of(job.run())

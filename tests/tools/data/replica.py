@@ -37,6 +37,7 @@ def main() -> int:
     parser.add_argument("--grandchild", action="store_true", help="start a helper process")
     parser.add_argument("--escapee", action="store_true", help="start a helper in a new session")
     parser.add_argument("--say", action="append", default=[], help="print this line first")
+    parser.add_argument("--after", help="go on only once this replica has said its lines")
     args = parser.parse_args()
 
     args.pid_dir.mkdir(parents=True, exist_ok=True)
@@ -56,6 +57,8 @@ def main() -> int:
     for line in args.say:
         print(line, flush=True)
     (args.pid_dir / f"{args.name}.ready").touch()
+    while args.after and not (args.pid_dir / f"{args.after}.ready").exists():
+        time.sleep(0.05)
     if runs <= args.fail_runs:
         time.sleep(args.sleep)
         print(f"{args.name} run {runs} fails", flush=True)
