@@ -222,8 +222,11 @@ class ImageSettings(_Settings):
     @model_validator(mode="after")
     def _build_or_ref(self, info: ValidationInfo) -> ImageSettings:
         if info.context is not None:
+            # A prebuilt image with the default context reads no directory (a program that
+            # installed the package has no trainer/ beside it); a context of your own is still
+            # where `make local` runs your command.
             _require(
-                (REPO_ROOT / self.context).is_dir(),
+                (not self.build and self.trainer_context) or (REPO_ROOT / self.context).is_dir(),
                 "context",
                 self.context,
                 f"no such directory in the project ({REPO_ROOT}): the directory your image is "

@@ -1055,3 +1055,18 @@ def test_the_program_reads_secret_env_as_secrets_only_when_the_engine_says_so(
     with pytest.raises(pulumi.RunError, match=r"job\.secretEnv\.HF_TOKEN = '<redacted>'") as raised:
         _load_with_cli_env(monkeypatch, config)
     assert "hf_decrypted" not in str(raised.value)
+
+
+def test_a_prebuilt_image_needs_no_trainer_directory_beside_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A program that pip-installed the components has no trainer/ beside them: a prebuilt image
+    with the default context reads none; building, or a context of one's own, still does."""
+    import components.settings as settings_module
+
+    monkeypatch.setattr(settings_module, "REPO_ROOT", tmp_path)
+    prebuilt = {"build": False, "ref": "registry.example.com/ml/trainer:1"}
+    assert parse_settings(with_values(image=prebuilt)).image.ref == prebuilt["ref"]
+    for image in ({}, {**prebuilt, "context": "mine"}):
+        with pytest.raises(SettingsError, match=r"image\.context = .*no such directory"):
+            parse_settings(with_values(image=image))
