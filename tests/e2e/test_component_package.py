@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import CLI_TIMEOUT_S, Cluster, Project
 from tests.e2e.kube import NamespaceObjects
+from tools.cluster.control_plane import STORAGE_CLASS
 
 # What a program that installs the package needs of the checkout besides the project's files.
 PACKAGE_FILES = ("pyproject.toml", "examples", "provider")
@@ -110,6 +111,8 @@ def test_the_training_stack_reads_the_cluster_stack(
     kubeconfig = Path(project.variables["KUBECONFIG"]).read_text(encoding="utf-8")
     cli(project, cluster_dir, "config", "set", "--secret", "kubeconfig", "--", kubeconfig)
     cli(project, cluster_dir, "config", "set", "--secret", "registryPassword", "not-a-secret")
+    # The suite's plane's class (its example value, "standard", is a cloud cluster's).
+    cli(project, cluster_dir, "config", "set", "storageClass", STORAGE_CLASS)
     cli(project, cluster_dir, "up", "--yes", "--skip-preview")
     trainings = program(project, pair / "training", "dev")
     training_dir = next(trainings)
