@@ -45,6 +45,7 @@ from tests.conftest import REPO_ROOT
 from tests.e2e.user_environment import SYSTEM_PATH, user_environment
 from tests.support.timings import ModuleTimings
 from tools.cluster.control_plane import ControlPlane, build_tools, create_hostpath_storage
+from tools.cluster.real_node import RealNode
 from tools.cluster.service import provider_versions
 
 PASSPHRASE = "e2e-passphrase-not-a-secret"
@@ -125,11 +126,27 @@ def cluster(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> I
         yield Cluster(plane.kubeconfig, plane)
 
 
+# Who the real node's registry lets push and pull.
+REAL_NODE_USER = "e2e-robot"
+
+
 @pytest.fixture(scope="session")
 def real_node_registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the real node's registry keeps its images, for every module that starts a node: the
     base image's 4 GB of layers are pushed once, and a later module's push finds them there."""
     return tmp_path_factory.mktemp("real-node-registry")
+
+
+def started_real_node(cluster: Cluster, registry_dir: Path) -> Iterator[RealNode]:
+    """A module's real node (its fixture yields from this), stopped when the module ends."""
+    if cluster.plane is None:
+        pytest.skip("an external cluster: the real node belongs to the suite's control plane")
+    with cluster.plane.real_node(
+        registry_user=REAL_NODE_USER,
+        registry_password=REGISTRY_PASSWORD,
+        registry_dir=registry_dir,
+    ) as started:
+        yield started
 
 
 MODULE_TIMINGS = ModuleTimings()

@@ -39,7 +39,13 @@ from components.manifests import resource_names
 from components.settings import PROJECT, TRAINER_UID, StackSettings
 from tests.conftest import REPO_ROOT
 from tests.containers import build_base_image, docker_api, podman
-from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
+from tests.e2e.conftest import (
+    REAL_NODE_USER,
+    Cluster,
+    Project,
+    Stack,
+    started_real_node,
+)
 from tests.e2e.test_real_node import Kube, reader_pods, retrieve
 from tools.cluster.real_node import RealNode
 
@@ -47,7 +53,7 @@ from tools.cluster.real_node import RealNode
 pytestmark = pytest.mark.timeout(2400)
 
 STACK = "e2e-own-code"
-USERNAME = "e2e-robot"
+USERNAME = REAL_NODE_USER
 EXAMPLE = REPO_ROOT / "examples" / "digits"
 REQUIREMENTS_BASE = "localhost/pytorch-distributed-base:e2e-own-code"
 DATA_CLAIM = "digits-data"
@@ -62,14 +68,7 @@ PENDING_TIMEOUT_S = 60
 
 @pytest.fixture(scope="module")
 def node(cluster: Cluster, real_node_registry: Path) -> Iterator[RealNode]:
-    if cluster.plane is None:
-        pytest.skip("an external cluster: the real node belongs to the suite's control plane")
-    with cluster.plane.real_node(
-        registry_user=USERNAME,
-        registry_password=REGISTRY_PASSWORD,
-        registry_dir=real_node_registry,
-    ) as started:
-        yield started
+    yield from started_real_node(cluster, real_node_registry)
 
 
 @pytest.fixture(scope="module")

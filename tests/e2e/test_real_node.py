@@ -36,12 +36,14 @@ from tests.conftest import committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
 from tests.e2e.conftest import (
     PASSWORD_KEY,
+    REAL_NODE_USER,
     REGISTRY_PASSWORD,
     Cluster,
     Project,
     Stack,
     command_status,
     own_lines,
+    started_real_node,
 )
 from tools.cluster.real_node import POD_SECURITY_ENFORCE, RealNode
 from trainer.checkpoint import CheckpointStore
@@ -52,7 +54,7 @@ pytestmark = pytest.mark.timeout(1800)
 STACK = "e2e-real-node"
 REPOSITORY = "pytorch-distributed-trainer"
 LOCAL_IMAGE = "localhost/pytorch-distributed-trainer:e2e-real-node"
-USERNAME = "e2e-robot"
+USERNAME = REAL_NODE_USER
 JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
 RUN_TIMEOUT_S = 600
 # What `pulumi up` may take to fail on a refused pull: its own start, the objects, the operator's
@@ -67,14 +69,7 @@ TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 @pytest.fixture(scope="module")
 def node(cluster: Cluster, real_node_registry: Path) -> Iterator[RealNode]:
-    if cluster.plane is None:
-        pytest.skip("an external cluster: the real node belongs to the suite's control plane")
-    with cluster.plane.real_node(
-        registry_user=USERNAME,
-        registry_password=REGISTRY_PASSWORD,
-        registry_dir=real_node_registry,
-    ) as started:
-        yield started
+    yield from started_real_node(cluster, real_node_registry)
 
 
 @pytest.fixture(scope="module")
