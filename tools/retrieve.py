@@ -45,7 +45,7 @@ import tarfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
@@ -358,12 +358,12 @@ class ReaderPod:
         whole (checkpoints run to gigabytes)."""
         ws = self._exec(["tar", "-cf", "-", "-C", directory, *files])
         stdout = _ExecStdout(ws)
-        unreadable = None
+        broken = None
         try:
             with tarfile.open(fileobj=io.BufferedReader(stdout), mode="r|") as archive:
-                archive.extractall(out, filter="data")
-        except tarfile.ReadError as error:  # the exit code (or the exec's failure) says why
-            unreadable = error
+                extract_data(archive, out)
+        except tarfile.TarError as error:  # the exit code (or the exec's failure) says why
+            broken = error
         ws.close()
         code = self._exit_code(ws, "tar")
         if code:
@@ -372,8 +372,29 @@ class ReaderPod:
                 unreadable(self.settings, said)
                 or f"tar of {directory} in {self.name} failed ({code}): {said}"
             )
-        if unreadable is not None:
-            raise RetrieveError(f"tar of {directory} in {self.name}: {unreadable}")
+        if broken is not None:
+            raise RetrieveError(f"tar of {directory} in {self.name}: {broken}")
+
+
+def extract_data(archive: tarfile.TarFile, out: Path) -> None:
+    """Extract plain files and directories only, under `out`: tarfile's "data" filter where
+    Python has it (3.11.4 and later), the same refusals by hand before (Debian bookworm's
+    Python is 3.11.2, and its tarfile has no `filter`)."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(out, filter="data")
+        return
+
+    def checked() -> Iterator[tarfile.TarInfo]:
+        for member in archive:
+            path = PurePosixPath(member.name)
+            if path.is_absolute() or ".." in path.parts or not (member.isfile() or member.isdir()):
+                raise tarfile.TarError(
+                    f"refusing {member.name!r}: only files and directories under the run's own "
+                    "directory are copied"
+                )
+            yield member
+
+    archive.extractall(out, members=checked())
 
 
 def unreadable(settings: StackSettings, stderr: str) -> str | None:

@@ -4,9 +4,11 @@ suite (tests/e2e/test_real_node.py)."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -482,3 +484,48 @@ def test_a_sharded_checkpoint_is_copied_whole_and_every_file_verified(tmp_path: 
     (run / newest.file / "__2_0.distcp").write_bytes(b"corrupt")
     with pytest.raises(RetrieveError, match=r"__2_0\.distcp"):
         copy_run(LocalReader(tmp_path / "claim"), OWN_SETTINGS, tmp_path / "again")
+
+
+def _archive(members: dict[str, bytes | None]) -> io.BytesIO:
+    """A tar stream: bytes make a file, None a symlink to /etc/passwd."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
+
+
+@pytest.mark.parametrize("has_data_filter", [True, False], ids=["python-3.11.4+", "python-3.11.2"])
+def test_the_copy_extracts_files_and_refuses_what_escapes_the_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_data_filter: bool
+) -> None:
+    """Debian bookworm's Python 3.11.2 has no tarfile filter: the same refusals by hand."""
+    from tools.retrieve import extract_data
+
+    if not has_data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+        real_extractall = tarfile.TarFile.extractall
+
+        def without_filter(self: tarfile.TarFile, path: Any = ".", members: Any = None) -> None:
+            real_extractall(self, path, members=members)
+
+        monkeypatch.setattr(tarfile.TarFile, "extractall", without_filter)
+    good = tmp_path / "good"
+    with tarfile.open(fileobj=_archive({"manifest.json": b"{}", "e1.pt": b"x"}), mode="r|") as a:
+        extract_data(a, good)
+    assert (good / "manifest.json").read_bytes() == b"{}" and (good / "e1.pt").read_bytes() == b"x"
+    for members in ({"../escaped.pt": b"x"}, {"link.pt": None}):
+        with (
+            pytest.raises(tarfile.TarError),
+            tarfile.open(fileobj=_archive(members), mode="r|") as archive,
+        ):
+            extract_data(archive, tmp_path / "bad")
+    assert not (tmp_path / "escaped.pt").exists()
+    assert not (tmp_path / "bad" / "link.pt").is_symlink()
