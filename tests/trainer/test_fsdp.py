@@ -79,9 +79,10 @@ def kill_after(
     reached: Callable[[list[tuple[int, int]]], bool],
 ) -> None:
     """Run in the background and SIGKILL every process once the manifest satisfies
-    ``reached`` and the next save is being written. Every commit takes >= 1 s (the write-delay
-    hook), so the kill lands mid-epoch with a write in flight."""
-    hooks = {"TRAINER_CHECKPOINT_WRITE_DELAY": "1", "TRAINER_STEP_LOG": str(log)}
+    ``reached`` and the next save is being written. Every commit waits 3 s before its rename
+    (the write-delay hook): the kill lands mid-epoch with a write in flight even on a machine so
+    busy that seeing the write and killing take over a second (1 s did not, in CI)."""
+    hooks = {"TRAINER_CHECKPOINT_WRITE_DELAY": "3", "TRAINER_STEP_LOG": str(log)}
     job = Background(arguments, log.with_suffix(".out"), env=hooks, nproc=nproc)
     wait_until(
         lambda: reached(manifest_epochs(directory)) and any(directory.glob(".*.tmp-shards")),
