@@ -69,6 +69,11 @@ SNAPSHOT_NAME = "snapshot.pt"
 # committed (fsync + rename, or an upload's completion), so a kill can land while a write is in
 # flight.
 WRITE_DELAY_ENV = "TRAINER_CHECKPOINT_WRITE_DELAY"
+# Test hook: once this many commits are done, every further commit stops at that same point until
+# the process is killed, so a test kills a run with a write in flight however loaded the machine
+# (a delay is a race a busy machine can lose).
+HOLD_AFTER_ENV = "TRAINER_CHECKPOINT_HOLD_AFTER"
+_HELD_S = 24 * 3600.0
 REJECTED_DIR = "rejected"
 _HASH_CHUNK = 16 << 20
 
@@ -218,12 +223,26 @@ class CheckpointStore:
     opened :class:`~trainer.storage.RunStorage`. Plain and picklable, so the writer process
     receives it whole; ``keep`` matters only to commits."""
 
-    def __init__(self, root: StorageRoot, keep: int = 2, write_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        root: StorageRoot,
+        keep: int = 2,
+        write_delay_s: float = 0.0,
+        hold_after: int | None = None,
+    ) -> None:
         if keep < 2:
             raise ValueError(f"keep must be >= 2 so a fallback exists, got {keep}")
         self.storage: RunStorage = open_storage(root)
         self.keep = keep
         self.write_delay_s = write_delay_s  # see WRITE_DELAY_ENV
+        self.hold_after = hold_after  # see HOLD_AFTER_ENV
+        self._commits = 0
+
+    def _pause_before_commit_point_s(self) -> float:
+        if self.hold_after is not None and self._commits >= self.hold_after:
+            LOG.warning("checkpoint commit held (%s=%d)", HOLD_AFTER_ENV, self.hold_after)
+            return _HELD_S
+        return self.write_delay_s
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.storage.location!r}, keep={self.keep})"
@@ -412,7 +431,7 @@ class CheckpointStore:
                 name,
                 lambda file: torch.save(state, file),  # type: ignore[arg-type]
                 direct=direct_io,
-                delay_s=self.write_delay_s,
+                delay_s=self._pause_before_commit_point_s(),
             )
         entry = CheckpointEntry(
             file=name,
@@ -454,8 +473,8 @@ class CheckpointStore:
         files.update(hash_files(directory / staging, present - set(files)))
         if missing := sorted(set(files) - present):
             raise CheckpointError(f"{name}: {', '.join(missing)} listed but not written")
-        if self.write_delay_s > 0:
-            time.sleep(self.write_delay_s)
+        if (pause_s := self._pause_before_commit_point_s()) > 0:
+            time.sleep(pause_s)
         # A directory can only be renamed onto an absent name: one of that name goes first (an
         # earlier attempt that was never committed; or a committed one, first unlisted, so the
         # manifest never names a directory that is being replaced).
@@ -484,6 +503,7 @@ class CheckpointStore:
         previous = [item for item in self.manifest() if item.file != entry.file]
         kept = [*previous, entry][-self.keep :]
         self._write_manifest(kept)  # the commit point
+        self._commits += 1
         self._point_snapshot_at(entry.file)
         kept_files = {item.file for item in kept}
         for old in previous:

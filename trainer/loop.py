@@ -33,7 +33,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer.async_writer import CheckpointWriter
-from trainer.checkpoint import WRITE_DELAY_ENV, CheckpointStore, load_at
+from trainer.checkpoint import HOLD_AFTER_ENV, WRITE_DELAY_ENV, CheckpointStore, load_at
 from trainer.checkpoint_schema import (
     FORMAT_VERSION,
     SHARDED_FORMAT_VERSION,
@@ -104,7 +104,10 @@ class Trainer:
         model = parallelize(task, ctx, config.parallelism)
         storage = open_storage(config.checkpoint_dir)
         delay = float(os.environ.get(WRITE_DELAY_ENV, "0") or 0)
-        store = CheckpointStore(storage, config.keep, delay)
+        hold_after = os.environ.get(HOLD_AFTER_ENV)
+        store = CheckpointStore(
+            storage, config.keep, delay, int(hold_after) if hold_after else None
+        )
         writer, sharded_writer = None, None
         if config.parallelism == FSDP:
             sharded_writer = ShardedWriter(store, ctx)

@@ -11,7 +11,6 @@ processes."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from tests.trainer.conftest import (
     Background,
     inspect,
     inspect_cli,
-    manifest_epochs,
     run_trainer,
     wait_until,
 )
@@ -71,23 +69,14 @@ def newest_weights(directory: Path) -> dict[str, torch.Tensor]:
     return dict(found.checkpoint.model_state)
 
 
-def kill_after(
-    directory: Path,
-    arguments: list[str],
-    log: Path,
-    nproc: int,
-    reached: Callable[[list[tuple[int, int]]], bool],
-) -> None:
-    """Run in the background and SIGKILL every process once the manifest satisfies
-    ``reached`` and the next save is being written. Every commit waits 3 s before its rename
-    (the write-delay hook): the kill lands mid-epoch with a write in flight even on a machine so
-    busy that seeing the write and killing take over a second (1 s did not, in CI)."""
-    hooks = {"TRAINER_CHECKPOINT_WRITE_DELAY": "3", "TRAINER_STEP_LOG": str(log)}
+def kill_after(directory: Path, arguments: list[str], log: Path, nproc: int, commits: int) -> None:
+    """Run in the background and SIGKILL every process once ``commits`` checkpoints are
+    committed and the next one is being written. That one is held before its rename (the hold
+    hook) until the kill, so the kill lands with a write in flight on any machine load."""
+    hooks = {"TRAINER_CHECKPOINT_HOLD_AFTER": str(commits), "TRAINER_STEP_LOG": str(log)}
     job = Background(arguments, log.with_suffix(".out"), env=hooks, nproc=nproc)
-    wait_until(
-        lambda: reached(manifest_epochs(directory)) and any(directory.glob(".*.tmp-shards")),
-        "a mid-epoch checkpoint, and the next one in flight",
-    )
+    wait_until(lambda: "checkpoint commit held" in job.log.read_text(), "a commit held")
+    assert any(directory.glob(".*.tmp-shards")), "the held commit's shards are not written"
     job.kill_all()
     job.wait()
 
@@ -106,7 +95,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         args(root / "killed", "fsdp", EPOCHS + 1),
         root / "killed-log",
         2,
-        lambda saved: any(epoch == 0 and step >= 3 for epoch, step in saved),
+        commits=1,  # after step 3 of epoch 0
     )
     return root
 
@@ -170,7 +159,7 @@ def test_a_sharded_checkpoint_resumes_on_4_ranks_and_back_on_2_under_ddp(
         args(directory, "fsdp", EPOCHS + 1),
         tmp_path / "on-4-log",
         4,
-        lambda saved: any(epoch == 1 and step > 0 for epoch, step in saved),
+        commits=3,  # steps 6 and 8 of epoch 0 and step 3 of epoch 1 on 4 ranks
     )
     on_4 = inspect(directory)
     assert (on_4["world_size"], on_4["layout"], on_4["global_batch"]) == (4, "sharded", 16)
