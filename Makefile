@@ -25,6 +25,7 @@ CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)## podman's OCI runtime (empty:
 export CONTAINER_RUNTIME
 CLUSTER_REGISTRY_PORT ?= 5000## make cluster: its registry's port (Pulumi.local.yaml names 5000)
 PYTEST_WORKERS ?= auto## make pytest / test-fast: pytest-xdist workers (0: one process)
+E2E_WORKERS ?= 2## make e2e: workers, each with a control plane of its own (0: one process)
 PD_E2E_PULUMI ?=## make e2e: your own Pulumi CLI instead of the one make e2e-tools builds
 
 # STACK=local runs on the one-machine cluster: its targets start the cluster when it is not
@@ -45,15 +46,19 @@ help: ## List the targets and the variables they read.
 	@grep -hE '^[A-Z0-9_]+ \?=.*## ' $(MAKEFILE_LIST) | sed -E 's/^([A-Z0-9_]+) \?= ?([^#]*)## (.*)$$/\1\t\2\t\3/' | \
 	    awk -F'\t' '{printf "  %-22s %s%s\n", $$1, $$3, ($$2 == "" || $$2 ~ /[$$]/ ? "" : " [" $$2 "]")}'
 
-# pip's own output, not --quiet: the first install downloads torch from PyPI with its CUDA
-# libraries (about 5 GB in .venv), and pip names each file with its size and shows its progress.
+# uv installs (pinned in requirements-dev.txt, bootstrapped with the venv's own pip): it downloads
+# in parallel and installs from its cache (~/.cache/uv) by hard links, so a second clone's venv
+# takes seconds instead of minutes of unpacking 5 GB (pip's cache kept none of torch's wheels
+# here). It names each large download as it starts. --system-certs: the platform's certificate
+# store, as pip's. uv reads UV_DEFAULT_INDEX (not pip.conf) for another package index.
 $(STAMP): $(REQUIREMENTS)
-	@echo "make: installing requirements-dev.txt and requirements-docs.txt into $(VENV): the Pulumi" \
-	    "SDK and providers, torch with its CUDA libraries from PyPI (about 5 GB: a few minutes on" \
-	    "first install, seconds from pip's cache; for a CPU-only torch, see README.md), the test" \
-	    "tools, linters and MkDocs. pip names each file and its size as it goes."
+	@echo "make: installing requirements-dev.txt and requirements-docs.txt into $(VENV) with uv: the" \
+	    "Pulumi SDK and providers, torch with its CUDA libraries from PyPI (about 5 GB: a minute or" \
+	    "two on first install, seconds from uv's cache; for a CPU-only torch, see README.md), the" \
+	    "test tools, linters and MkDocs."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -r requirements-dev.txt \
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet "$$(grep -E '^uv==' requirements-dev.txt)"
+	$(BIN)/uv pip install --python $(BIN)/python --system-certs -r requirements-dev.txt \
 	    -r requirements-docs.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -61,10 +66,11 @@ venv: $(STAMP) ## Create .venv with everything the project needs.
 
 POLICY_STAMP := policy/venv/.installed-$(shell sha256sum policy/requirements.txt | cut -c1-16)
 
-$(POLICY_STAMP): policy/requirements.txt
+# With .venv's uv (order only: a new .venv does not reinstall the pack's).
+$(POLICY_STAMP): policy/requirements.txt | $(STAMP)
 	@echo "make: installing policy/requirements.txt into policy/venv (the policy pack's, about 100 MB)"
 	test -x policy/venv/bin/python || $(PYTHON) -m venv policy/venv
-	policy/venv/bin/python -m pip install --disable-pip-version-check --progress-bar on -r policy/requirements.txt
+	$(BIN)/uv pip install --python policy/venv/bin/python --system-certs -r policy/requirements.txt
 	rm -f policy/venv/.installed-* && touch $@
 
 policy-venv: $(POLICY_STAMP) ## Create policy/venv, which `--policy-pack policy` runs the pack with.
@@ -96,7 +102,8 @@ e2e-tools: ## Build (or find cached) the Pulumi CLI, providers and control plane
 	scripts/e2e-tools.sh
 
 e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engine: pulumi preview/up/destroy against a local control plane.
-	$(BIN)/python -m pytest tests/e2e -p no:cacheprovider
+	$(BIN)/python -m pytest tests/e2e -p no:cacheprovider -n $(E2E_WORKERS) --dist loadgroup \
+	    --no-loadscope-reorder
 
 local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
 	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \

@@ -14,8 +14,7 @@
 # checks `import torch` and a gloo all-reduce inside the image before tagging it. Run it as root
 # (debootstrap and chroot need it).
 #
-#   PYTHON         interpreter whose pip downloads the wheels (default .venv/bin/python; its
-#                  cache is reused)
+#   PYTHON         interpreter whose pip downloads the wheels (default .venv/bin/python)
 #   DEBIAN_SUITE   default bookworm (Python 3.11, like the project's venv)
 #   DEBIAN_MIRROR  default http://deb.debian.org/debian
 set -euo pipefail
@@ -70,7 +69,7 @@ echo "base image: wheels for $(tr '\n' ' ' <<<"$pins")" >&2
 mkdir -p "$wheels"
 # torch with every dependency, CUDA runtime wheels included: the PyPI torch for Linux links
 # libtorch_cuda.so (and through it cudart, cuBLAS, cuDNN, NCCL, ...) into torch._C, so it does
-# not import without them, not even on the CPU. pip's cache (shared with `make venv`) has them.
+# not import without them, not even on the CPU.
 # shellcheck disable=SC2086 # one pin per word
 "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
   -d "$wheels" $pins

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CI budget check: .ci/run on a fresh clone as a new CI machine runs it, with every cache
-# empty (a new HOME, so pip's wheel cache, the Go module and build caches and the e2e tool cache
+# empty (a new HOME, so uv's package cache, the Go module and build caches and the e2e tool cache
 # start empty, and a podman store of its own, so the base image is built again), then once more
 # on a second fresh clone with those caches warm. Prints both wall-clock figures beside each
 # run's timing table and fails when either is over its budget.
@@ -56,7 +56,7 @@ ci_run() {
   echo "ci-budget.sh: $name run of .ci/run in $clone (log: $work/$name.log)" >&2
   (
     cd "$clone"
-    env -u XDG_CACHE_HOME -u GOPATH -u GOCACHE -u GOMODCACHE -u PIP_CACHE_DIR -u PD_E2E_CACHE \
+    env -u XDG_CACHE_HOME -u GOPATH -u GOCACHE -u GOMODCACHE -u PIP_CACHE_DIR -u UV_CACHE_DIR -u PD_E2E_CACHE \
       HOME="$work/home" CONTAINERS_STORAGE_CONF="$work/containers/storage.conf" CI=true \
       bash .ci/run
   ) >"$work/$name.log" 2>&1 || status=$?

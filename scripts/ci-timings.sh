@@ -15,12 +15,12 @@ timings_start() {
   trap timings_report EXIT
 }
 
-# cold or cached, for what a phase reads: pip's wheel cache, the e2e tools' cache, podman's
-# store for the base image.
+# cold or cached, for what a phase reads: uv's package cache (make venv), the e2e tools' cache,
+# podman's store for the base image.
 timings_cache_state() {
   case $1 in
-    # torch's wheel alone is over 500 MB.
-    pip) (($(du -sm "$(python3 -m pip cache dir 2>/dev/null)" 2>/dev/null | cut -f1) > 1000)) &&
+    # torch's wheel alone is over 500 MB (uv's default cache; UV_CACHE_DIR moves it).
+    uv) (($(du -sm "${UV_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uv}" 2>/dev/null | cut -f1) > 1000)) &&
       echo cached || echo cold ;;
     e2e-tools) [[ -x $(scripts/e2e-tools.sh --print)/pulumi ]] && echo cached || echo cold ;;
     base-image) scripts/build-base-image.sh --print-if-built >/dev/null 2>&1 && echo cached || echo cold ;;

@@ -541,7 +541,11 @@ jobs=${PD_E2E_BUILD_JOBS:-2}
   exit 2
 }
 mkdir -p "$tools" "$cache/sets"
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+# -dwarf=false: every binary is linked with -s -w (no symbol table, no DWARF), so the compiler's
+# DWARF is thrown away; not making it saves about an eighth of the compile time (etcd: 88 -> 77
+# CPU seconds). Outside the recipe keys on purpose: the binaries are the same program, and a
+# warm cache stays warm.
+export GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local CGO_ENABLED=0
 
 # Two builds at once (two checkouts, a suite and a user) would race on the same directories.
 exec 9>"$cache/.lock"

@@ -56,3 +56,29 @@ def test_every_stack_on_the_real_node_names_its_storage_class() -> None:
     }
     assert named, "no stack runs on the real node"
     assert named == dict.fromkeys(named, STORAGE_CLASS)
+
+
+def test_every_module_that_starts_a_node_runs_in_the_real_node_group() -> None:
+    """`make e2e` runs two workers: a module that starts a real node (or a whole cluster) outside
+    the group would run its node beside another's, two 4 GB image stores in memory at once."""
+    from tests.e2e.conftest import REAL_NODE_GROUP, module_group
+
+    starting = {
+        path.name
+        for path in (REPO_ROOT / "tests/e2e").glob("test_*.py")
+        if "started_real_node(" in (text := path.read_text()) or 'make("cluster"' in text
+    }
+    assert starting, "no module starts a node"
+    assert {module: module_group(module) for module in starting} == dict.fromkeys(
+        starting, REAL_NODE_GROUP
+    )
+
+
+def test_the_fault_modules_run_last_and_the_real_node_group_first() -> None:
+    from tests.e2e.conftest import module_order
+
+    modules = sorted(path.name for path in (REPO_ROOT / "tests/e2e").glob("test_*.py"))
+    ordered = sorted(modules, key=module_order)
+    faults = [module for module in modules if module.startswith("test_faults")]
+    assert faults and ordered[-len(faults) :] == faults
+    assert ordered[0] == "test_cluster.py"

@@ -169,11 +169,33 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     MODULE_TIMINGS.write("e2e module")
 
 
+# The modules that start a real node (kubelet and containerd, whose store holds the 4 GB image in
+# memory) or a whole one-machine cluster: one after another, so no two nodes run at once.
+REAL_NODE_GROUP = "real-node"
+REAL_NODE_MODULES = ("test_real_node.py", "test_own_code.py", "test_cluster.py")
+
+
+def module_group(module: str) -> str:
+    """The xdist group a module's tests run in (`make e2e` runs two workers, each on a control
+    plane of its own, taking groups in the order below): every module is a group, but for the
+    real-node modules, which make one."""
+    return REAL_NODE_GROUP if module in REAL_NODE_MODULES else module
+
+
+def module_order(module: str) -> tuple[int, str]:
+    """The real-node group first (the longest: it starts while the other worker goes through the
+    rest), the fault modules last: they kill and restart their plane's API server and operator,
+    after which controllers' caches (Trainer's admission webhook reads TrainingRuntimes from its
+    cache) may lag; every other module runs on a plane as it was started."""
+    if module in REAL_NODE_MODULES:
+        return (0, "")  # the group's own order: as collected
+    return (2 if module.startswith("test_faults") else 1, module)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The fault modules last: they kill and restart the session plane's API server and
-    operator, after which controllers' caches (Trainer's admission webhook reads TrainingRuntimes
-    from its cache) may lag; every other module runs on the plane as it was started."""
-    items.sort(key=lambda item: Path(str(item.fspath)).name.startswith("test_faults"))
+    items.sort(key=lambda item: module_order(item.path.name))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(module_group(item.path.name)))
 
 
 def recipe_status(returncode: int, output: str) -> int:
