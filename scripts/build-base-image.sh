@@ -47,6 +47,17 @@ fi
     "BASE_IMAGE to scripts/build-image.sh" >&2
   exit 2
 }
+# One build at a time (CI's background build, the e2e workers, a developer's make): the others
+# wait, then find the image the first one tagged.
+exec 8>"${TMPDIR:-/var/tmp}/pytorch-distributed-base-image.lock"
+if ! flock --nonblock 8; then
+  echo "base image: another build of it is running; waiting for it" >&2
+  flock 8
+fi
+if "${podman[@]}" image exists "$image"; then
+  echo "$image"
+  exit 0
+fi
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/base-image.XXXXXX")
 candidate=localhost/pytorch-distributed-base:candidate-$inputs_hash

@@ -58,27 +58,32 @@ def test_every_stack_on_the_real_node_names_its_storage_class() -> None:
     assert named == dict.fromkeys(named, STORAGE_CLASS)
 
 
-def test_every_module_that_starts_a_node_runs_in_the_real_node_group() -> None:
-    """`make e2e` runs two workers: a module that starts a real node (or a whole cluster) outside
-    the group would run its node beside another's, two 4 GB image stores in memory at once."""
-    from tests.e2e.conftest import REAL_NODE_GROUP, module_group
+def test_every_module_that_starts_a_node_or_builds_runs_in_the_exclusive_group() -> None:
+    """`make e2e E2E_WORKERS=2`: a module that starts a real node (or a whole cluster), or
+    builds with podman, outside the group would run beside another's node or build."""
+    from tests.e2e.conftest import EXCLUSIVE_GROUP, module_group
 
-    starting = {
+    markers = ("started_real_node(", 'make("cluster"', "DOCKER_HOST", "build_base_image")
+    exclusive = {
         path.name
         for path in (REPO_ROOT / "tests/e2e").glob("test_*.py")
-        if "started_real_node(" in (text := path.read_text()) or 'make("cluster"' in text
+        if any(marker in path.read_text() for marker in markers)
     }
-    assert starting, "no module starts a node"
-    assert {module: module_group(module) for module in starting} == dict.fromkeys(
-        starting, REAL_NODE_GROUP
+    assert {"test_real_node.py", "test_image_build.py"} <= exclusive
+    assert {module: module_group(module) for module in exclusive} == dict.fromkeys(
+        exclusive, EXCLUSIVE_GROUP
     )
 
 
-def test_the_fault_modules_run_last_and_the_real_node_group_first() -> None:
-    from tests.e2e.conftest import module_order
+def test_the_fault_modules_run_last_in_each_worker_and_the_exclusive_group_first() -> None:
+    from tests.e2e.conftest import EXCLUSIVE_MODULES, module_order
 
     modules = sorted(path.name for path in (REPO_ROOT / "tests/e2e").glob("test_*.py"))
     ordered = sorted(modules, key=module_order)
-    faults = [module for module in modules if module.startswith("test_faults")]
-    assert faults and ordered[-len(faults) :] == faults
-    assert ordered[0] == "test_cluster.py"
+    exclusive = [module for module in ordered if module in EXCLUSIVE_MODULES]
+    others = [module for module in ordered if module not in EXCLUSIVE_MODULES]
+    assert ordered == exclusive + others
+    for group in (exclusive, others):
+        faults = [module for module in group if module.startswith("test_faults")]
+        assert group[len(group) - len(faults) :] == faults
+    assert "test_faults.py" in others and "test_faults_registry.py" in exclusive

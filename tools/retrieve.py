@@ -43,10 +43,10 @@ import signal
 import sys
 import tarfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import yaml
 
@@ -74,6 +74,18 @@ class RetrieveError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class ExecInterruptedError(RetrieveError):
+    """An exec whose stream ended without the command's exit status: the connection dropped
+    (the API server writes a Status on the error channel whenever the command ends), so what was
+    read may be cut short, and running it again is safe."""
+
+
+T = TypeVar("T")
+
+# How many times a command in the reader pod runs when its stream is cut (reads only: safe).
+EXEC_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -332,7 +344,13 @@ class ReaderPod:
         be reached, or does not run containers), which is `_no_exec`."""
         from kubernetes.stream.ws_client import ERROR_CHANNEL
 
-        status = yaml.safe_load(ws.read_channel(ERROR_CHANNEL) or "") or {}
+        said = ws.read_channel(ERROR_CHANNEL) or ""
+        if not said.strip():
+            raise ExecInterruptedError(
+                f"the stream of {program} in reader pod {self.name} ended without its exit "
+                "status (the connection dropped)"
+            )
+        status = yaml.safe_load(said)
         if not isinstance(status, dict) or status.get("status", "Success") == "Success":
             return 0
         causes = (status.get("details") or {}).get("causes") or []
@@ -341,8 +359,22 @@ class ReaderPod:
                 return int(cause.get("message", 1))
         raise self._no_exec(program, str(status.get("message") or status))
 
+    def _again_if_interrupted(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, run again when its stream was cut (see ExecInterruptedError)."""
+        for remaining in range(EXEC_ATTEMPTS - 1, -1, -1):
+            try:
+                return attempt()
+            except ExecInterruptedError as error:
+                if not remaining:
+                    raise
+                print(f"{error}; running it again", file=sys.stderr)
+        raise AssertionError("unreachable")
+
     def run(self, command: list[str]) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of a command in the pod."""
+        return self._again_if_interrupted(lambda: self._run_once(command))
+
+    def _run_once(self, command: list[str]) -> tuple[int, str, str]:
         ws = self._exec(command)
         out, err = b"", b""
         while ws.is_open():
@@ -355,7 +387,10 @@ class ReaderPod:
 
     def copy_out(self, directory: str, files: Sequence[str], out: Path) -> None:
         """`tar` the files of `directory` in the pod into `out` here, streamed, never buffered
-        whole (checkpoints run to gigabytes)."""
+        whole (checkpoints run to gigabytes); a copy cut short is made again, over it."""
+        self._again_if_interrupted(lambda: self._copy_out_once(directory, files, out))
+
+    def _copy_out_once(self, directory: str, files: Sequence[str], out: Path) -> None:
         ws = self._exec(["tar", "-cf", "-", "-C", directory, *files])
         stdout = _ExecStdout(ws)
         broken = None

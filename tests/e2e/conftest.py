@@ -169,29 +169,42 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     MODULE_TIMINGS.write("e2e module")
 
 
-# The modules that start a real node (kubelet and containerd, whose store holds the 4 GB image in
-# memory) or a whole one-machine cluster: one after another, so no two nodes run at once.
-REAL_NODE_GROUP = "real-node"
-REAL_NODE_MODULES = ("test_real_node.py", "test_own_code.py", "test_cluster.py")
+# With two workers (`make e2e E2E_WORKERS=2`), the modules that need this machine to themselves
+# run one after another on one worker: those that start a real node (kubelet and containerd) or a
+# whole one-machine cluster, and those that build with podman, whose store every build shares
+# (test_image_build asserts that a build leaves nothing in it).
+EXCLUSIVE_GROUP = "exclusive"
+EXCLUSIVE_MODULES = (
+    "test_cluster.py",
+    "test_own_code.py",
+    "test_real_node.py",
+    "test_image_build.py",
+    "test_faults_registry.py",
+)
 
 
 def module_group(module: str) -> str:
-    """The xdist group a module's tests run in (`make e2e` runs two workers, each on a control
-    plane of its own, taking groups in the order below): every module is a group, but for the
-    real-node modules, which make one."""
-    return REAL_NODE_GROUP if module in REAL_NODE_MODULES else module
+    """The xdist group a module's tests run in, each worker on a control plane of its own:
+    every module is a group, but for the exclusive ones, which make one."""
+    return EXCLUSIVE_GROUP if module in EXCLUSIVE_MODULES else module
 
 
-def module_order(module: str) -> tuple[int, str]:
-    """The real-node group first (the longest: it starts while the other worker goes through the
-    rest), the fault modules last: they kill and restart their plane's API server and operator,
-    after which controllers' caches (Trainer's admission webhook reads TrainingRuntimes from its
-    cache) may lag; every other module runs on a plane as it was started."""
-    if module in REAL_NODE_MODULES:
-        return (0, "")  # the group's own order: as collected
-    return (2 if module.startswith("test_faults") else 1, module)
+def module_order(module: str) -> tuple[int, int, str]:
+    """The exclusive group first (the longest: it starts while the other worker goes through
+    the rest), and in every worker the fault modules last: they kill and restart their plane's
+    API server, operator or registry, after which controllers' caches (Trainer's admission
+    webhook reads TrainingRuntimes from its cache) may lag; every other module runs on a plane as
+    it was started."""
+    return (
+        0 if module in EXCLUSIVE_MODULES else 1,
+        1 if module.startswith("test_faults") else 0,
+        module,
+    )
 
 
+# First: xdist's own hook (registered after this conftest, so called before it) turns the groups
+# into node ids, and would find none.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: module_order(item.path.name))
     for item in items:

@@ -10,13 +10,14 @@ the window has been seen, after a random delay: the seed is printed in every fai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,10 @@ class StackObject:
     uid: str
 
 
+# The finalizer that holds a job's delete in progress (Kube.job_deletion_held).
+HOLD_FINALIZER = "e2e.pytorch-distributed.dev/hold"
+
+
 class Kube:
     """The stack's objects as the cluster has them (by the instance label every object carries)."""
 
@@ -243,6 +248,39 @@ class Kube:
             if not job["metadata"].get("deletionTimestamp")
         ]
         return sorted(found, key=lambda o: (o.type, o.name))
+
+    @contextlib.contextmanager
+    def job_deletion_held(self, name: str) -> Iterator[None]:
+        """While the block runs, the job's delete stays in progress (a finalizer of the test's,
+        as another controller's would hold it), so a kill "while the job is being deleted"
+        lands there however fast the machine deletes; released (the delete completes) after."""
+        self._set_hold(name, held=True)
+        try:
+            yield
+        finally:
+            self._set_hold(name, held=False)
+
+    def _set_hold(self, name: str, *, held: bool) -> None:
+        from kubernetes.client import ApiException
+
+        try:
+            job = self.custom.get_namespaced_custom_object(
+                "kubeflow.org", "v1", NAMESPACE, "pytorchjobs", name
+            )
+        except ApiException as error:
+            if error.status == 404 and not held:
+                return
+            raise
+        others = [f for f in job["metadata"].get("finalizers") or [] if f != HOLD_FINALIZER]
+        finalizers = [*others, HOLD_FINALIZER] if held else others
+        self.custom.patch_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            NAMESPACE,
+            "pytorchjobs",
+            name,
+            {"metadata": {"finalizers": finalizers}},
+        )
 
     def uids(self, instance: str) -> dict[tuple[str, str], str]:
         return {(o.type, o.name): o.uid for o in self.objects(instance)}

@@ -18,8 +18,11 @@ from components.job_apis.pytorchjob import (
 )
 from components.settings import StackSettings
 from tests.e2e.conftest import Cluster, Project, Stack
+from tests.support.waiting import wait_until
 
 NAMESPACE = "default"
+# How long the operator may take to make a job's pods on a loaded machine.
+POD_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +75,15 @@ def test_the_operators_pods_get_the_elastic_environment_operator_env_computes(
     manifest = pytorchjob_manifest(settings, image=settings.image.ref)
     pods = replica_pods(manifest)
     assert pods == [("Worker", 0), ("Worker", 1)]
-    for replica_type, index in pods:
-        name = f"{settings.job.name}-{replica_type.lower()}-{index}"
+    names = [f"{settings.job.name}-{kind.lower()}-{index}" for kind, index in pods]
+    # `up` returned once the job was created (no wait mode); the operator makes the pods after.
+    wait_until(
+        lambda: {pod.metadata.name for pod in core.list_namespaced_pod(NAMESPACE).items}
+        >= set(names),
+        f"the operator's pods {names}",
+        POD_TIMEOUT_S,
+    )
+    for (replica_type, index), name in zip(pods, names, strict=True):
         pod = client_api.sanitize_for_serialization(core.read_namespaced_pod(name, NAMESPACE))
         template = manifest["spec"]["pytorchReplicaSpecs"][replica_type]["template"]
         template_env = training_container(template, replica_type).get("env", [])

@@ -85,14 +85,16 @@ def test_a_killed_destroy_is_recovered_by_the_next_destroy(
     stack: Stack, kube: Kube, claim: Claim, request: pytest.FixtureRequest
 ) -> None:
     ensure_deployed(stack)
-    running = Running.start(stack, "destroy")
-    moment = running.at_random(
-        seeded(request.node.name),
-        # The job goes first (it uses the secret and the claim) and destroy waits until it is
-        # gone; the secret's delete after it is over in a blink.
-        [Moment("the job's delete began", began(JOB_TYPE, "delete"), 1.0)],
-    )
-    running.kill()
+    # The job goes first (it uses the secret and the claim) and destroy waits until it is gone;
+    # the secret's delete after it is over in a blink. The job's delete is held in progress
+    # until the kill (on an idle machine it can end within the moment's delay).
+    with kube.job_deletion_held(stack.settings().job.name):
+        running = Running.start(stack, "destroy")
+        moment = running.at_random(
+            seeded(request.node.name),
+            [Moment("the job's delete began", began(JOB_TYPE, "delete"), 1.0)],
+        )
+        running.kill()
     names = resource_names(stack.settings())
     survivors = kube.uids(names.job)
 

@@ -16,7 +16,7 @@ import calendar
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ import pytest
 from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.settings import StackSettings
 from tests.e2e.conftest import Cluster, Project, Result, Stack, command_status
+from tests.support.waiting import wait_until
 
 NAMESPACE = "default"
 JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
@@ -86,7 +87,7 @@ class Kube:
 
     def replaced(self, old_uid: str | None) -> None:
         """Wait until a new job (a spec change replaces it) exists."""
-        wait_until(lambda: self.uid() not in (None, old_uid), "the job is replaced")
+        wait_until(lambda: self.uid() not in (None, old_uid), "the job is replaced", STEP_TIMEOUT)
 
     def condition(self, kind: str) -> dict[str, Any] | None:
         job = self.job() or {}
@@ -119,7 +120,7 @@ class Kube:
                 found[:] = [pod.metadata.uid]
             return ok
 
-        wait_until(runs, f"{self.job_name}-{replica}-0 runs")
+        wait_until(runs, f"{self.job_name}-{replica}-0 runs", STEP_TIMEOUT)
         return found[0]
 
     def end(self, replica: str, code: int) -> None:
@@ -156,15 +157,6 @@ class Lines:
     def text(self) -> str:
         self._reader.join(timeout=STEP_TIMEOUT)
         return "".join(self._lines)
-
-
-def wait_until(ready: Callable[[], bool], what: str, timeout: float = STEP_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what}")
 
 
 class Up:

@@ -45,6 +45,7 @@ from tests.e2e.conftest import (
     own_lines,
     started_real_node,
 )
+from tests.support.waiting import wait_until
 from tools.cluster.real_node import POD_SECURITY_ENFORCE, RealNode
 from trainer.checkpoint import CheckpointStore
 
@@ -178,7 +179,7 @@ class Kube:
             conditions = self.true_conditions(job)
             return bool(conditions & {"Succeeded", "Failed"})
 
-        wait_until(finished, f"job {job} to finish", RUN_TIMEOUT_S, self.diagnose(job))
+        wait_until(finished, f"job {job} to finish", RUN_TIMEOUT_S, diagnose=self.diagnose(job))
         return conditions
 
     def diagnose(self, job: str) -> Callable[[], str]:
@@ -193,15 +194,6 @@ class Kube:
             return "\n".join(lines)
 
         return describe
-
-
-def wait_until(
-    condition: Callable[[], bool], what: str, timeout: float, diagnose: Callable[[], str]
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{diagnose()}"
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +311,7 @@ def test_a_deleted_worker_pod_is_recreated_and_the_run_resumes_to_the_same_weigh
         lambda: committed_epochs(checkpoints) >= 1,
         "the first checkpoint",
         RUN_TIMEOUT_S,
-        kube.diagnose(job.name),
+        diagnose=kube.diagnose(job.name),
     )
     (first,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
     # Inside the running master: the image's non-root user, and no token to find.

@@ -21,6 +21,7 @@ from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.settings import TRAINER_GID, TRAINER_UID, parse_settings
 from tests.conftest import REPO_ROOT
 from tools.retrieve import (
+    ExecInterruptedError,
     Reader,
     ReaderPod,
     RetrieveError,
@@ -529,3 +530,30 @@ def test_the_copy_extracts_files_and_refuses_what_escapes_the_run_directory(
             extract_data(archive, tmp_path / "bad")
     assert not (tmp_path / "escaped.pt").exists()
     assert not (tmp_path / "bad" / "link.pt").is_symlink()
+
+
+def test_an_exec_stream_that_ends_without_a_status_was_cut_and_is_run_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The API server ends every exec with a Status on the error channel; a stream without one
+    was cut (seen under load: a tar read to "unexpected end of data" with no exit code), which
+    must not pass for success: the read runs again, up to EXEC_ATTEMPTS times."""
+    reader = Reader(image=IMAGE, pull_secret=None, node="node-1", trainer_image=True)
+    pod = ReaderPod(SimpleNamespace(), SETTINGS, reader)  # type: ignore[arg-type]
+    with pytest.raises(ExecInterruptedError, match="ended without its exit status"):
+        pod._exit_code(FinishedExec(None), "tar")
+
+    attempts: list[int] = []
+
+    def cut_twice() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            pod._exit_code(FinishedExec(None), "tar")
+        return "whole"
+
+    assert pod._again_if_interrupted(cut_twice) == "whole"
+    assert len(attempts) == 3
+    assert capsys.readouterr().err.count("running it again") == 2
+
+    with pytest.raises(ExecInterruptedError):
+        pod._again_if_interrupted(lambda: pod._exit_code(FinishedExec(None), "tar"))

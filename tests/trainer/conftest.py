@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT
+from tests.support import waiting
 from tools import procs
 from tools.ports import free_port
 from trainer.checkpoint import (
@@ -168,12 +168,8 @@ class Background:
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    """The shared poll loop, at the pace of a training step (tests/support/waiting.py)."""
+    waiting.wait_until(condition, what, timeout, interval=0.02)
 
 
 def manifest_epochs(directory: Path) -> list[tuple[int, int]]:

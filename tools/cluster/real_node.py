@@ -88,6 +88,8 @@ CRI_NAMESPACE = "k8s.io"
 # (shim sockets and runc state in /run/containerd, /var/lib/cni, /var/log/containers): a fresh
 # tmpfs on each inside the node's mount namespace.
 PRIVATE_TMPFS = ("/run", "/var/lib", "/var/log")
+# The kubelet's root directory (pods' volumes, its sockets), on the namespace's own /var/lib.
+KUBELET_ROOT = Path("/var/lib/kubelet")
 # What the kubelet sets these kernel settings to unless they already hold it (its container
 # manager's "kernel tunables"); host-wide, so the node's mount namespace shows it files with these
 # values instead and this machine's settings stay as they are.
@@ -221,10 +223,11 @@ class RealNode:
         return found
 
     def _state_dirs(self) -> list[Path]:
-        """Gigabytes of image layers (the registry's, containerd's unpacked ones) and the pods'
-        volumes; stop() removes them, the logs and configs stay for a look afterwards."""
+        """Gigabytes of image layers (the registry's, containerd's unpacked ones); stop() removes
+        them, the logs and configs stay for a look afterwards. (The pods' volumes are on the
+        namespace's /var/lib, gone with it.)"""
         owned = [self.registry_dir / "storage"] if self._own_registry else []
-        return [self.directory / part for part in ("containerd", "kubelet")] + owned
+        return [self.directory / "containerd", *owned]
 
     # -- components -----------------------------------------------------------------------------
 
@@ -495,8 +498,11 @@ disabled_plugins = [
         wait_for(process, "its start", lambda: "Started controller" in process.tail(200))
 
     def _start_kubelet(self) -> None:
-        kubelet_dir = self.directory / "kubelet"
-        kubelet_dir.mkdir()
+        # Inside the node's mount namespace, on its private /var/lib, as on a node: the kubelet
+        # binds unix sockets under its root (pod-resources/NNN), whose path must fit in 108
+        # bytes; under the workdir, a deep checkout (or a pytest-xdist worker's directory) ends
+        # the kubelet with "bind: invalid argument".
+        kubelet_dir = KUBELET_ROOT
         resolv_conf = self.directory / "resolv.conf"
         resolv_conf.write_text("")  # pods search only the cluster's domains
         config = self.directory / "kubelet.yaml"
