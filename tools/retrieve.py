@@ -216,6 +216,14 @@ def select_entries(
     return [matching[-1]]
 
 
+def drained(ws: Any) -> tuple[bytes, bytes]:
+    """The stdout and stderr an exec's client holds now, without waiting. After the stream
+    closes, what the last read brought in is still there: a reader that stops at `is_open()`
+    loses the tail (one read can take in the last data, the Status and the close at once, which
+    a loaded machine makes likely: a tar cut to "unexpected end of data")."""
+    return ws.read_stdout(timeout=0) or b"", ws.read_stderr(timeout=0) or b""
+
+
 class _ExecStdout(io.RawIOBase):
     """A command's stdout in a pod, read as a binary stream (what `tarfile` reads from)."""
 
@@ -228,10 +236,13 @@ class _ExecStdout(io.RawIOBase):
         return True
 
     def readinto(self, target: Any) -> int:
-        while not self._buffer and self._ws.is_open():
+        while True:
+            out, err = drained(self._ws)
+            self._buffer += out
+            self.stderr += err
+            if self._buffer or not self._ws.is_open():
+                break
             self._ws.update(timeout=1)
-            self._buffer += self._ws.read_stdout() or b""
-            self.stderr += self._ws.read_stderr() or b""
         size = min(len(target), len(self._buffer))
         target[:size] = self._buffer[:size]
         self._buffer = self._buffer[size:]
@@ -377,10 +388,12 @@ class ReaderPod:
     def _run_once(self, command: list[str]) -> tuple[int, str, str]:
         ws = self._exec(command)
         out, err = b"", b""
-        while ws.is_open():
+        while True:
+            more_out, more_err = drained(ws)
+            out, err = out + more_out, err + more_err
+            if not ws.is_open():
+                break
             ws.update(timeout=1)
-            out += ws.read_stdout() or b""
-            err += ws.read_stderr() or b""
         ws.close()
         code = self._exit_code(ws, command[0])
         return code, out.decode(errors="replace"), err.decode(errors="replace")

@@ -25,6 +25,8 @@ from tools.retrieve import (
     Reader,
     ReaderPod,
     RetrieveError,
+    _ExecStdout,
+    extract_data,
     plan_reader,
     select_entries,
     unreadable,
@@ -557,3 +559,58 @@ def test_an_exec_stream_that_ends_without_a_status_was_cut_and_is_run_again(
 
     with pytest.raises(ExecInterruptedError):
         pod._again_if_interrupted(lambda: pod._exit_code(FinishedExec(None), "tar"))
+
+
+class BatchedExec:
+    """An exec client with kubernetes.stream.ws_client's reading rules: `update()` takes in
+    every frame that has arrived (here one scripted batch), and reading a channel that holds
+    nothing updates first. A batch may end with the close (None)."""
+
+    def __init__(self, batches: list[list[tuple[int | None, bytes]]]) -> None:
+        self.batches = batches
+        self.channels: dict[int, bytes] = {}
+        self.open = True
+
+    def is_open(self) -> bool:
+        return self.open
+
+    def update(self, timeout: float | None = 0) -> None:
+        if not self.open or not self.batches:
+            return
+        for channel, data in self.batches.pop(0):
+            if channel is None:
+                self.open = False
+                return
+            self.channels[channel] = self.channels.get(channel, b"") + data
+
+    def read_channel(self, channel: int, timeout: float | None = 0) -> bytes:
+        if channel not in self.channels:
+            self.update(timeout)
+        return self.channels.pop(channel, b"")
+
+    def read_stdout(self, timeout: float | None = None) -> bytes:
+        return self.read_channel(1, timeout)
+
+    def read_stderr(self, timeout: float | None = None) -> bytes:
+        return self.read_channel(2, timeout)
+
+
+def test_a_tar_whose_tail_arrives_with_the_close_is_read_whole(tmp_path: Path) -> None:
+    """The last data, the Status and the close taken in by one read (while stderr was read):
+    the tail is in the client's buffer after the stream closed, and is still read."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "checkpoint.pt").write_bytes(bytes(range(256)) * 200)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as writing:
+        writing.add(source / "checkpoint.pt", arcname="checkpoint.pt")
+    data = archive.getvalue()
+    half = len(data) // 2
+    status = json.dumps({"status": "Success"}).encode()
+    ws = BatchedExec([[(1, data[:half])], [(1, data[half:]), (3, status), (None, b"")]])
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with tarfile.open(fileobj=io.BufferedReader(_ExecStdout(ws)), mode="r|") as reading:
+        extract_data(reading, out)
+    assert (out / "checkpoint.pt").read_bytes() == (source / "checkpoint.pt").read_bytes()
