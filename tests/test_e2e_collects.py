@@ -79,11 +79,14 @@ def test_the_fault_modules_run_last_in_each_worker_and_the_exclusive_group_first
     from tests.e2e.conftest import EXCLUSIVE_MODULES, module_order
 
     modules = sorted(path.name for path in (REPO_ROOT / "tests/e2e").glob("test_*.py"))
-    ordered = sorted(modules, key=module_order)
+    serial = sorted(modules, key=lambda module: module_order(module, parallel=False))
+    faults = [module for module in modules if module.startswith("test_faults")]
+    assert serial == [m for m in modules if m not in faults] + faults
+    ordered = sorted(modules, key=lambda module: module_order(module, parallel=True))
     exclusive = [module for module in ordered if module in EXCLUSIVE_MODULES]
     others = [module for module in ordered if module not in EXCLUSIVE_MODULES]
     assert ordered == exclusive + others
     for group in (exclusive, others):
-        faults = [module for module in group if module.startswith("test_faults")]
-        assert group[len(group) - len(faults) :] == faults
+        in_group = [module for module in group if module.startswith("test_faults")]
+        assert group[len(group) - len(in_group) :] == in_group
     assert "test_faults.py" in others and "test_faults_registry.py" in exclusive

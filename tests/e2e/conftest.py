@@ -189,24 +189,22 @@ def module_group(module: str) -> str:
     return EXCLUSIVE_GROUP if module in EXCLUSIVE_MODULES else module
 
 
-def module_order(module: str) -> tuple[int, int, str]:
-    """The exclusive group first (the longest: it starts while the other worker goes through
-    the rest), and in every worker the fault modules last: they kill and restart their plane's
-    API server, operator or registry, after which controllers' caches (Trainer's admission
-    webhook reads TrainingRuntimes from its cache) may lag; every other module runs on a plane as
-    it was started."""
-    return (
-        0 if module in EXCLUSIVE_MODULES else 1,
-        1 if module.startswith("test_faults") else 0,
-        module,
-    )
+def module_order(module: str, *, parallel: bool) -> tuple[int, int, str]:
+    """The fault modules last in every worker: they kill and restart their plane's API server,
+    operator or registry, after which controllers' caches (Trainer's admission webhook reads
+    TrainingRuntimes from its cache) may lag; every other module runs on a plane as it was
+    started. With workers (`parallel`), the exclusive group first: the longest, it starts while
+    the other worker goes through the rest."""
+    first = 0 if not parallel or module in EXCLUSIVE_MODULES else 1
+    return (first, 1 if module.startswith("test_faults") else 0, module)
 
 
 # First: xdist's own hook (registered after this conftest, so called before it) turns the groups
 # into node ids, and would find none.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: module_order(item.path.name))
+    parallel = "PYTEST_XDIST_WORKER" in os.environ
+    items.sort(key=lambda item: module_order(item.path.name, parallel=parallel))
     for item in items:
         item.add_marker(pytest.mark.xdist_group(module_group(item.path.name)))
 
