@@ -84,6 +84,9 @@ class ExecInterruptedError(RetrieveError):
 
 T = TypeVar("T")
 
+# How long a finished tar's stream may take to close with its Status.
+STREAM_END_TIMEOUT_S = 60.0
+
 # How many times a command in the reader pod runs when its stream is cut (reads only: safe).
 EXEC_ATTEMPTS = 3
 
@@ -234,6 +237,18 @@ class _ExecStdout(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def read_to_end(self, timeout_s: float = STREAM_END_TIMEOUT_S) -> None:
+        """Take in the rest of the stream until it closes (its stderr, and the Status on the
+        error channel that says how the command ended); what is left of stdout (tar's padding)
+        is dropped. A stream still open after `timeout_s` is left to `_exit_code`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            _, err = drained(self._ws)
+            self.stderr += err
+            if not self._ws.is_open() or time.monotonic() > deadline:
+                return
+            self._ws.update(timeout=1)
 
     def readinto(self, target: Any) -> int:
         while True:
@@ -412,6 +427,7 @@ class ReaderPod:
                 extract_data(archive, out)
         except tarfile.TarError as error:  # the exit code (or the exec's failure) says why
             broken = error
+        stdout.read_to_end()  # the Status that ends the stream comes after tar's last block
         ws.close()
         code = self._exit_code(ws, "tar")
         if code:

@@ -614,3 +614,24 @@ def test_a_tar_whose_tail_arrives_with_the_close_is_read_whole(tmp_path: Path) -
     with tarfile.open(fileobj=io.BufferedReader(_ExecStdout(ws)), mode="r|") as reading:
         extract_data(reading, out)
     assert (out / "checkpoint.pt").read_bytes() == (source / "checkpoint.pt").read_bytes()
+
+
+def test_a_copy_waits_for_the_status_that_follows_the_last_block(tmp_path: Path) -> None:
+    """tarfile stops at the archive's end; the API server's Status comes after, and a copy that
+    closed the stream there would find none (and take the exec for a cut one)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "manifest.json").write_text('{"checkpoints": []}')
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as writing:
+        writing.add(source / "manifest.json", arcname="manifest.json")
+    status = json.dumps({"status": "Success"}).encode()
+    ws = BatchedExec([[(1, archive.getvalue())], [(2, b"")], [(3, status), (None, b"")]])
+    ws.close = lambda: None  # type: ignore[attr-defined]
+    reader = Reader(image=IMAGE, pull_secret=None, node="node-1", trainer_image=True)
+    pod = ReaderPod(SimpleNamespace(), SETTINGS, reader)  # type: ignore[arg-type]
+    pod._exec = lambda command: ws  # type: ignore[method-assign]
+    out = tmp_path / "out"
+    out.mkdir()
+    pod._copy_out_once("/checkpoints/run", ["manifest.json"], out)
+    assert (out / "manifest.json").read_text() == '{"checkpoints": []}'
