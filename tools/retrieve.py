@@ -43,10 +43,10 @@ import signal
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -74,21 +74,6 @@ class RetrieveError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-class ExecInterruptedError(RetrieveError):
-    """An exec whose stream ended without the command's exit status: the connection dropped
-    (the API server writes a Status on the error channel whenever the command ends), so what was
-    read may be cut short, and running it again is safe."""
-
-
-T = TypeVar("T")
-
-# How long a finished tar's stream may take to close with its Status.
-STREAM_END_TIMEOUT_S = 60.0
-
-# How many times a command in the reader pod runs when its stream is cut (reads only: safe).
-EXEC_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -238,18 +223,6 @@ class _ExecStdout(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read_to_end(self, timeout_s: float = STREAM_END_TIMEOUT_S) -> None:
-        """Take in the rest of the stream until it closes (its stderr, and the Status on the
-        error channel that says how the command ended); what is left of stdout (tar's padding)
-        is dropped. A stream still open after `timeout_s` is left to `_exit_code`."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            _, err = drained(self._ws)
-            self.stderr += err
-            if not self._ws.is_open() or time.monotonic() > deadline:
-                return
-            self._ws.update(timeout=1)
-
     def readinto(self, target: Any) -> int:
         while True:
             out, err = drained(self._ws)
@@ -370,13 +343,7 @@ class ReaderPod:
         be reached, or does not run containers), which is `_no_exec`."""
         from kubernetes.stream.ws_client import ERROR_CHANNEL
 
-        said = ws.read_channel(ERROR_CHANNEL) or ""
-        if not said.strip():
-            raise ExecInterruptedError(
-                f"the stream of {program} in reader pod {self.name} ended without its exit "
-                "status (the connection dropped)"
-            )
-        status = yaml.safe_load(said)
+        status = yaml.safe_load(ws.read_channel(ERROR_CHANNEL) or "") or {}
         if not isinstance(status, dict) or status.get("status", "Success") == "Success":
             return 0
         causes = (status.get("details") or {}).get("causes") or []
@@ -385,22 +352,8 @@ class ReaderPod:
                 return int(cause.get("message", 1))
         raise self._no_exec(program, str(status.get("message") or status))
 
-    def _again_if_interrupted(self, attempt: Callable[[], T]) -> T:
-        """``attempt()``, run again when its stream was cut (see ExecInterruptedError)."""
-        for remaining in range(EXEC_ATTEMPTS - 1, -1, -1):
-            try:
-                return attempt()
-            except ExecInterruptedError as error:
-                if not remaining:
-                    raise
-                print(f"{error}; running it again", file=sys.stderr)
-        raise AssertionError("unreachable")
-
     def run(self, command: list[str]) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of a command in the pod."""
-        return self._again_if_interrupted(lambda: self._run_once(command))
-
-    def _run_once(self, command: list[str]) -> tuple[int, str, str]:
         ws = self._exec(command)
         out, err = b"", b""
         while True:
@@ -415,10 +368,7 @@ class ReaderPod:
 
     def copy_out(self, directory: str, files: Sequence[str], out: Path) -> None:
         """`tar` the files of `directory` in the pod into `out` here, streamed, never buffered
-        whole (checkpoints run to gigabytes); a copy cut short is made again, over it."""
-        self._again_if_interrupted(lambda: self._copy_out_once(directory, files, out))
-
-    def _copy_out_once(self, directory: str, files: Sequence[str], out: Path) -> None:
+        whole (checkpoints run to gigabytes)."""
         ws = self._exec(["tar", "-cf", "-", "-C", directory, *files])
         stdout = _ExecStdout(ws)
         broken = None
@@ -427,7 +377,6 @@ class ReaderPod:
                 extract_data(archive, out)
         except tarfile.TarError as error:  # the exit code (or the exec's failure) says why
             broken = error
-        stdout.read_to_end()  # the Status that ends the stream comes after tar's last block
         ws.close()
         code = self._exit_code(ws, "tar")
         if code:
