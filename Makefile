@@ -25,7 +25,7 @@ CONTAINER_RUNTIME ?= $(DEFAULT_CONTAINER_RUNTIME)## podman's OCI runtime (empty:
 export CONTAINER_RUNTIME
 CLUSTER_REGISTRY_PORT ?= 5000## make cluster: its registry's port (Pulumi.local.yaml names 5000)
 PYTEST_WORKERS ?= auto## make pytest / test-fast: pytest-xdist workers (0: one process)
-E2E_WORKERS ?= 0## make e2e: pytest-xdist workers, each with a control plane of its own (0: one process)
+E2E_WORKERS ?= 2## make e2e: pytest-xdist workers, each with a control plane of its own (0: one process)
 PD_E2E_PULUMI ?=## make e2e: your own Pulumi CLI instead of the one make e2e-tools builds
 
 # STACK=local runs on the one-machine cluster: its targets start the cluster when it is not

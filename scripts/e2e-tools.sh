@@ -546,6 +546,11 @@ mkdir -p "$tools" "$cache/sets"
 # CPU seconds). Outside the recipe keys on purpose: the binaries are the same program, and a
 # warm cache stays warm.
 export GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local CGO_ENABLED=0
+# The compiler and linker are Go programs: collecting their garbage an eighth as often saves about
+# a fifth of their CPU (etcd: 79 -> 63 user seconds; 240 -> 400 MB at the peak), and the soft
+# limit brings the collector back before a large package's compile (the API types) takes the
+# memory that make test and the base image build beside it need. The output does not change.
+export GOGC=800 GOMEMLIMIT=2GiB
 
 # Two builds at once (two checkouts, a suite and a user) would race on the same directories.
 exec 9>"$cache/.lock"

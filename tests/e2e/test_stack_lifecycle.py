@@ -37,6 +37,7 @@ from tests.e2e.conftest import (
     own_lines,
 )
 from tests.e2e.kube import NamespaceObjects
+from tests.support.waiting import wait_until
 
 NAMESPACE = "default"
 PYTORCHJOB = job_api("pytorchjob")
@@ -255,22 +256,43 @@ def test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first(
     assert contains(job, pytorchjob_manifest(longer, image=settings.image.ref)) == []
 
 
+def running_pod_of(kube: Kube, name: str, job_uid: str) -> Any | None:
+    """The pod of that name, if the job with that UID owns it and kwok has started its
+    containers."""
+    pod = kube.get("pod", name)
+    if pod is None:
+        return None
+    owners = {owner["uid"] for owner in pod["metadata"].get("ownerReferences") or []}
+    if job_uid not in owners or not pod["status"].get("containerStatuses"):
+        return None
+    return pod
+
+
 def finish_job(cluster: Cluster, kube: Kube, settings: StackSettings) -> None:
     """On kwok, report every pod as exited 0, as a kubelet would; then wait for the job to
     succeed (on a real cluster the trainer finishes it)."""
+    job_uid = kube.job(settings.job.name)["metadata"]["uid"]
     for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
         if not cluster.fake_nodes:
             break
         name = f"{settings.job.name}-{replica_type.lower()}-{index}"
-        pod = kube.core.read_namespaced_pod_status(name, NAMESPACE)
+        # `up` returns once the job exists; on a loaded machine the operator may not have made
+        # this job's pods yet (or a replaced job's pods of the same name are still going).
+        wait_until(
+            lambda name=name: running_pod_of(kube, name, job_uid) is not None,
+            f"the job's pod {name} to run",
+            120,
+        )
+        pod = running_pod_of(kube, name, job_uid)
+        assert pod is not None
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         statuses = [
             {
-                "name": status.name,
-                "image": status.image,
-                "imageID": status.image_id or "",
+                "name": status["name"],
+                "image": status["image"],
+                "imageID": status.get("imageID") or "",
                 "ready": False,
-                "restartCount": status.restart_count,
+                "restartCount": status["restartCount"],
                 "state": {
                     "terminated": {
                         "exitCode": 0,
@@ -280,20 +302,23 @@ def finish_job(cluster: Cluster, kube: Kube, settings: StackSettings) -> None:
                     }
                 },
             }
-            for status in pod.status.container_statuses
+            for status in pod["status"]["containerStatuses"]
         ]
         kube.core.patch_namespaced_pod_status(
             name,
             NAMESPACE,
             {"status": {"phase": "Succeeded", "containerStatuses": statuses}},
         )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        conditions = (kube.job(settings.job.name).get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the job did not succeed: {conditions}")
+
+    def conditions() -> list[Any]:
+        return (kube.job(settings.job.name).get("status") or {}).get("conditions") or []
+
+    wait_until(
+        lambda: any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions()),
+        "the job to succeed",
+        300,
+        diagnose=lambda: f"its conditions: {conditions()}",
+    )
 
 
 @pytest.mark.timeout(420)
