@@ -3,8 +3,10 @@ CLI runs provider/__main__.py in its own virtualenv (provider/.venv, with this r
 package installed from the directory above) and the schema lists TrainingEnvironment with its
 typed arguments and the stack outputs.
 
-Needs the Pulumi CLI that `make e2e-tools` builds (and its providers, which the package's
-dependencies name): skipped without it. The first run creates provider/.venv from PyPI."""
+It runs the real CLI, with the providers the package's dependencies name, so it is a real-engine
+test: `make e2e` runs it with the tools `make e2e-tools` builds (under `make test`, where those
+may not be built yet, it was skipped on every cold machine). The first run creates
+provider/.venv from PyPI."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import json
 import os
 import subprocess
 import tomllib
-from pathlib import Path
 
 import pytest
 from pydantic.alias_generators import to_camel
@@ -20,33 +21,25 @@ from pydantic.alias_generators import to_camel
 from components.settings import TOP_LEVEL_KEYS
 from components.training_environment import StackOutputs
 from tests.conftest import REPO_ROOT
+from tests.e2e.conftest import Toolchain
 
 PACKAGE_TOKEN = "pytorch-distributed:index:TrainingEnvironment"
 PROVIDERS = {"kubernetes": "4.25.0", "docker": "4.11.2"}  # requirements.txt's pins
 
 
-def tool_bin() -> Path | None:
-    """Where `make e2e-tools` puts the CLI (scripts/e2e-tools.sh --print), built or not."""
-    done = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "e2e-tools.sh"), "--print"], capture_output=True, text=True
-    )
-    return Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
-
-
 @pytest.fixture(scope="module")
-def schema(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    bin_dir = tool_bin()
-    if bin_dir is None or not (bin_dir / "pulumi").is_file():
-        pytest.skip(f"no Pulumi CLI at {bin_dir}: `make e2e-tools` builds it")
+def schema(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> dict:
     home = tmp_path_factory.mktemp("pulumi-home")
     env = {
         **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PATH": f"{toolchain.pulumi.parent}{os.pathsep}{os.environ['PATH']}",
         "PULUMI_HOME": str(home),
         "PULUMI_SKIP_UPDATE_CHECK": "1",
     }
     for package, version in PROVIDERS.items():
-        binary = bin_dir.parent / "providers" / f"pulumi-resource-{package}"
+        binary = toolchain.provider(package)
+        if binary is None:
+            continue  # a CLI of the user's own (PD_E2E_PULUMI) acquires its plugins itself
         subprocess.run(
             ["pulumi", "plugin", "install", "resource", package, version, "--file", str(binary)],
             env=env,
