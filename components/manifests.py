@@ -68,6 +68,8 @@ RUNAI_SCHEDULER = "runai-scheduler"
 # `queueLabelKey: runai/queue` for runai-scheduler).
 RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"
@@ -119,6 +121,18 @@ def scheduling_labels(settings: StackSettings) -> dict[str, str]:
         RUNAI_PROJECT_LABEL: settings.runai_project,
         RUNAI_QUEUE_LABEL: settings.runai_project,
     }
+
+
+def queue_labels(settings: StackSettings) -> dict[str, str]:
+    """Kueue's labels (`job.queue`, `job.priorityClass`), for the job object alone: Kueue admits
+    the job as one workload, all its pods or none. On the pods they would make each pod a
+    workload of its own wherever Kueue's pod integration is on."""
+    labels = {}
+    if settings.job.queue is not None:
+        labels[KUEUE_QUEUE_LABEL] = settings.job.queue
+    if settings.job.priority_class is not None:
+        labels[KUEUE_PRIORITY_LABEL] = settings.job.priority_class
+    return labels
 
 
 def object_metadata(settings: StackSettings, name: str, component: str) -> dict[str, Any]:

@@ -520,6 +520,15 @@ class JobSettings(_Settings):
     gpu_resource: ExtendedResource = GPU_RESOURCE
     """the resource each pod asks `job.gpusPerNode` of (a MIG slice, another vendor's GPU); the
     policy pack compares it with the processes per node"""
+    # Issue 32: queueing on a shared cluster.
+    queue: DnsLabel | None = None
+    """the Kueue LocalQueue (in the job's namespace) the job is submitted to (label
+    `kueue.x-k8s.io/queue-name`): Kueue starts the job once its ClusterQueue has quota for every
+    pod at once, and suspends it to preempt it (the pods checkpoint on SIGTERM)"""
+    priority_class: DnsLabel | None = None
+    """the Kueue WorkloadPriorityClass of the job (label `kueue.x-k8s.io/priority-class`): which
+    queued job Kueue admits first, and which running ones it may preempt for it; needs
+    `job.queue`"""
 
     @model_validator(mode="before")
     @classmethod
@@ -563,6 +572,13 @@ class JobSettings(_Settings):
             raise refusal(
                 f"secretEnv.{both[0]}", REDACTED, f"{both[0]} is in job.env too: keep it in one"
             )
+        _require(
+            self.priority_class is None or self.queue is not None,
+            "priorityClass",
+            self.priority_class,
+            "a Kueue WorkloadPriorityClass ranks jobs in a queue: set job.queue (the LocalQueue) "
+            "too",
+        )
         # A TrainJob's runtime patch has no priorityClassName: the stack's runtime carries it.
         _require(
             self.priority_class_name is None or self.cluster_runtime is None,
@@ -707,6 +723,13 @@ class StackSettings(_Settings):
         )
         _require(
             runai or project is None, "runaiProject", project, "only allowed when platform is runai"
+        )
+        _require(
+            not runai or self.job.queue is None,
+            "job.queue",
+            self.job.queue,
+            "on platform runai the project's queue decides (runaiProject sets the runai/queue "
+            "label); job.queue names a Kueue LocalQueue: leave it out",
         )
         _require(
             not runai or self.job.api == "pytorchjob",

@@ -69,6 +69,7 @@ from components.manifests import (
     job_annotations,
     object_metadata,
     pod_template,
+    queue_labels,
     resource_names,
     scheduling_labels,
 )
@@ -165,7 +166,7 @@ def pytorchjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any
         # The gang's minimum: Run:ai schedules the job once this many pods fit, not all.
         run_policy["schedulingPolicy"] = {"minAvailable": elastic["minReplicas"]}
     metadata = object_metadata(settings, resource_names(settings).job, "training")
-    metadata["labels"].update(scheduling_labels(settings))
+    metadata["labels"].update({**scheduling_labels(settings), **queue_labels(settings)})
     metadata["annotations"].update(job_annotations(settings))
     spec: dict[str, Any] = {"nprocPerNode": str(job.nproc_per_node)}
     if elastic is not None:

@@ -67,6 +67,7 @@ from components.manifests import (
     job_annotations,
     object_metadata,
     pod_template,
+    queue_labels,
     resource_names,
 )
 from components.setting_values import quantity_value
@@ -223,6 +224,7 @@ def trainjob_manifest(settings: StackSettings, *, image: Any) -> dict[str, Any]:
         },
     }
     metadata = object_metadata(settings, resource_names(settings).job, "training")
+    metadata["labels"].update(queue_labels(settings))
     metadata["annotations"].update(job_annotations(settings))
     # Trainer re-applies the JobSet of a TrainJob that is being deleted (TrainJobApi.run_object):
     # deleted in the foreground, as pulumi-kubernetes deletes by default, the TrainJob would wait

@@ -178,6 +178,14 @@ def build_policies() -> list[Policy]:
             ),
         ),
         resource_policy(
+            "job-names-a-queue",
+            "On a shared cluster a job goes through a queue that admits all its pods or none: "
+            "it carries Kueue's kueue.x-k8s.io/queue-name (stack setting job.queue), Run:ai's "
+            "runai/queue or KAI's kai.scheduler/queue label.",
+            _ignore_config(scheduler.job_names_a_queue),
+            advisory,
+        ),
+        resource_policy(
             "pod-security-run-as-non-root",
             'Pod Security "restricted", running as non-root: every job pod sets '
             "securityContext.runAsNonRoot: true (a pod that says runAsUser: 0 is "

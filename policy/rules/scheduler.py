@@ -1,6 +1,7 @@
-"""On NVIDIA Run:ai every pod goes through `runai-scheduler`; with the default scheduler the pods
-bypass the project's GPU quota and gang scheduling, so one replica can start while the others
-wait forever holding their GPUs."""
+"""Who decides when a job's pods start. On NVIDIA Run:ai every pod goes through `runai-scheduler`;
+with the default scheduler the pods bypass the project's GPU quota and gang scheduling, so one
+replica can start while the others wait forever holding their GPUs. On any shared cluster a job
+goes through a queue (Kueue, Run:ai's, KAI's), which admits all its pods at once or none."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from .model import TRAINJOB_TYPE, dig, is_unknown, metadata_namespace
 
 RUNAI_SCHEDULER: Final = "runai-scheduler"
 PLATFORMS: Final = ("kubeflow", "runai")
+# The job's label that names its queue, per scheduler: Kueue's LocalQueue (stack setting
+# job.queue), Run:ai's project queue (runaiProject), the KAI scheduler's queue.
+QUEUE_LABELS: Final = ("kueue.x-k8s.io/queue-name", "runai/queue", "kai.scheduler/queue")
 
 
 def is_runai_stack(props: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
@@ -47,3 +51,18 @@ def runai_scheduler(
             f"pods on a Run:ai stack must use {RUNAI_SCHEDULER!r}"
         )
     return messages
+
+
+def job_names_a_queue(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    if job_view(resource_type) is None:
+        return []
+    labels = dig(props, "metadata", "labels")
+    if is_unknown(labels) or (
+        isinstance(labels, Mapping) and any(label in labels for label in QUEUE_LABELS)
+    ):
+        return []
+    return [
+        "the job names no queue, so on a shared cluster its pods compete one by one and a "
+        "half-started job holds its GPUs: set job.queue (a Kueue LocalQueue, label "
+        f"{QUEUE_LABELS[0]}), or label it for your scheduler ({', '.join(QUEUE_LABELS[1:])})"
+    ]

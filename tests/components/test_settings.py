@@ -523,6 +523,26 @@ BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
         None,
         "job.priorityClassName",
     ),
+    ("queue-not-a-name", with_values(job={"queue": "Team A"}), None, "job.queue"),
+    ("queue-too-long", with_values(job={"queue": "q" * 64}), None, "job.queue"),
+    (
+        "queue-on-runai",
+        with_values(platform="runai", runaiProject="team-a", job={"queue": "team-a"}),
+        None,
+        "job.queue",
+    ),
+    (
+        "kueue-priority-without-a-queue",
+        with_values(job={"priorityClass": "high"}),
+        None,
+        "job.priorityClass",
+    ),
+    (
+        "kueue-priority-not-a-name",
+        with_values(job={"priorityClass": "High!"}),
+        None,
+        "job.priorityClass",
+    ),
     ("gpu-resource-no-vendor", with_values(job={"gpuResource": "gpu"}), None, "job.gpuResource"),
     (
         "gpu-resource-kubernetes",

@@ -80,7 +80,12 @@ def pytorchjob(*, workers: int = 1, gpus: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": "ddp", "namespace": NAMESPACE},
+        # As the program labels a Run:ai job: its project and the project's queue.
+        "metadata": {
+            "name": "ddp",
+            "namespace": NAMESPACE,
+            "labels": {"project": "team-a", "runai/queue": "team-a"},
+        },
         "spec": {
             "nprocPerNode": str(max(gpus, 1)),
             "runPolicy": {

@@ -38,7 +38,12 @@ MANDATORY_POLICIES = {
     "pod-security-volume-types",
     "no-service-account-token",
 }
-ADVISORY_POLICIES = {"job-active-deadline", "job-ttl-after-finished", "pod-security-run-as-root"}
+ADVISORY_POLICIES = {
+    "job-active-deadline",
+    "job-names-a-queue",
+    "job-ttl-after-finished",
+    "pod-security-run-as-root",
+}
 
 
 def test_build_policies_declares_every_rule_with_its_level() -> None:

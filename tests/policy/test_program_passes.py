@@ -162,10 +162,11 @@ def test_more_gpus_per_node_still_pass(analyzer: Stub) -> None:
 
 
 def test_prod_pods_off_the_runai_scheduler_are_stopped(analyzer: Stub) -> None:
-    # The program leaves schedulerName unset off Run:ai; prod's policy config insists on Run:ai.
+    # The program leaves schedulerName unset off Run:ai; prod's policy config insists on Run:ai,
+    # and on a queue, which the job off Run:ai (without job.queue) does not name.
     result = run("prod", overrides={"platform": "kubeflow", "runaiProject": None})
     found = mandatory(diagnostics(analyzer, result, policy_config("prod")))
-    assert [name for name, _ in found] == ["runai-scheduler"] * 2
+    assert sorted(name for name, _ in found) == ["job-names-a-queue"] + ["runai-scheduler"] * 2
 
 
 def test_a_stack_that_runs_as_root_is_warned_of_and_stopped_in_prod(analyzer: Stub) -> None:

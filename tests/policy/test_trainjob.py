@@ -139,6 +139,7 @@ def test_the_prod_program_as_a_trainjob_passes_off_runai_and_is_refused_on_it(
     result = run_program("prod", overrides=TRAINJOB_PROD, secrets={"registryPassword": "x"})
     assert result.error is None, result.error
     assert mandatory(diagnostics(analyzer, result, {})) == []
-    found = mandatory(diagnostics(analyzer, result, policy_config("prod")))
-    assert [name for name, _ in found] == ["runai-scheduler"]
-    assert "a TrainJob on a Run:ai stack" in found[0][1]
+    found = dict(mandatory(diagnostics(analyzer, result, policy_config("prod"))))
+    # Off Run:ai the job names no queue either (no job.queue), which prod's config insists on.
+    assert sorted(found) == ["job-names-a-queue", "runai-scheduler"]
+    assert "a TrainJob on a Run:ai stack" in found["runai-scheduler"]
