@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -43,6 +44,20 @@ MANIFEST_TYPES = ", ".join(
         "application/vnd.docker.distribution.manifest.list.v2+json",
     ]
 )
+
+
+# Every podman build on this machine shares one store. A test that measures what a build leaves
+# in it (tests/e2e/test_image_build.py) holds it alone; the image suite's builds share it, and
+# .ci/run runs `make image-test` beside `make e2e`.
+STORE_LOCK = Path(os.environ.get("TMPDIR") or "/var/tmp") / "pytorch-distributed-podman-store.lock"
+
+
+@contextlib.contextmanager
+def podman_store(*, alone: bool) -> Iterator[None]:
+    """Hold the store's lock: alone (no other holder's builds) or shared with other builders."""
+    with STORE_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        yield
 
 
 def engine_env(**extra: str) -> dict[str, str]:

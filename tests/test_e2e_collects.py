@@ -90,3 +90,7 @@ def test_the_fault_modules_run_last_in_each_worker_and_the_exclusive_group_first
         in_group = [module for module in group if module.startswith("test_faults")]
         assert group[len(group) - len(in_group) :] == in_group
     assert "test_faults.py" in others and "test_faults_registry.py" in exclusive
+    # The module that has the podman store to itself comes after the real-node modules, when
+    # the `make image-test` beside the suite (.ci/run) is done with the store.
+    build = exclusive.index("test_image_build.py")
+    assert build > max(exclusive.index(m) for m in ("test_own_code.py", "test_real_node.py"))

@@ -189,14 +189,18 @@ def module_group(module: str) -> str:
     return EXCLUSIVE_GROUP if module in EXCLUSIVE_MODULES else module
 
 
-def module_order(module: str, *, parallel: bool) -> tuple[int, int, str]:
+def module_order(module: str, *, parallel: bool) -> tuple[int, int, int, str]:
     """The fault modules last in every worker: they kill and restart their plane's API server,
     operator or registry, after which controllers' caches (Trainer's admission webhook reads
     TrainingRuntimes from its cache) may lag; every other module runs on a plane as it was
     started. With workers (`parallel`), the exclusive group first: the longest, it starts while
-    the other worker goes through the rest."""
-    first = 0 if not parallel or module in EXCLUSIVE_MODULES else 1
-    return (first, 1 if module.startswith("test_faults") else 0, module)
+    the other worker goes through the rest, in EXCLUSIVE_MODULES' order (test_image_build, which
+    has the podman store to itself, after the real-node modules: by then the `make image-test`
+    that .ci/run runs beside the suite is long done, and nothing waits for the store)."""
+    exclusive = module in EXCLUSIVE_MODULES
+    first = 0 if not parallel or exclusive else 1
+    within = EXCLUSIVE_MODULES.index(module) if parallel and exclusive else 0
+    return (first, 1 if module.startswith("test_faults") else 0, within, module)
 
 
 # First: xdist's own hook (registered after this conftest, so called before it) turns the groups

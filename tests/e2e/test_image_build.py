@@ -19,7 +19,14 @@ import pytest
 
 from components.manifests import resource_names
 from components.training_image import context_tag
-from tests.containers import Registry, build_base_image, docker_api, local_registry, podman
+from tests.containers import (
+    Registry,
+    build_base_image,
+    docker_api,
+    local_registry,
+    podman,
+    podman_store,
+)
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Result, Stack
 
 # The first up pushes the whole 5 GB base image to the registry.
@@ -47,6 +54,15 @@ class EngineStore:
         return cls(
             frozenset(entry["Id"] for entry in json.loads(listed or "[]")), frozenset(images)
         )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def store_to_itself() -> Iterator[None]:
+    """The module compares the engine's store before and after its builds: no other build may
+    run meanwhile (`make image-test`, which .ci/run runs beside `make e2e`, waits, or is waited
+    for; the e2e modules that build run one after another on one worker)."""
+    with podman_store(alone=True):
+        yield
 
 
 @pytest.fixture(scope="module")

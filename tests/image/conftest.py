@@ -7,7 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.containers import TEST_IMAGE, build_base_image, engine_env, run_script
+from tests.containers import TEST_IMAGE, build_base_image, engine_env, podman_store, run_script
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_podman_store() -> Iterator[None]:
+    """The suite builds beside other builders, never beside a test that measures the store."""
+    with podman_store(alone=False):
+        yield
 
 
 @pytest.fixture(scope="session")
