@@ -11,8 +11,6 @@ provider/.venv from PyPI."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tomllib
 
 import pytest
@@ -21,39 +19,16 @@ from pydantic.alias_generators import to_camel
 from components.settings import TOP_LEVEL_KEYS
 from components.training_environment import StackOutputs
 from tests.conftest import REPO_ROOT
-from tests.e2e.conftest import Toolchain
+from tests.e2e.conftest import Project
 
 PACKAGE_TOKEN = "pytorch-distributed:index:TrainingEnvironment"
-PROVIDERS = {"kubernetes": "4.25.0", "docker": "4.11.2"}  # requirements.txt's pins
 
 
 @pytest.fixture(scope="module")
-def schema(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    home = tmp_path_factory.mktemp("pulumi-home")
-    env = {
-        **os.environ,
-        "PATH": f"{toolchain.pulumi.parent}{os.pathsep}{os.environ['PATH']}",
-        "PULUMI_HOME": str(home),
-        "PULUMI_SKIP_UPDATE_CHECK": "1",
-    }
-    for package, version in PROVIDERS.items():
-        binary = toolchain.provider(package)
-        if binary is None:
-            continue  # a CLI of the user's own (PD_E2E_PULUMI) acquires its plugins itself
-        subprocess.run(
-            ["pulumi", "plugin", "install", "resource", package, version, "--file", str(binary)],
-            env=env,
-            capture_output=True,
-            check=True,
-        )
-    done = subprocess.run(
-        ["pulumi", "package", "get-schema", str(REPO_ROOT / "provider")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def schema(project: Project) -> dict:
+    """As a user's shell runs it: the README's variables, the CLI on PATH, the providers the
+    project fixture installed from the files `make e2e-tools` built."""
+    done = project.run(["pulumi", "package", "get-schema", str(REPO_ROOT / "provider")])
     return json.loads(done.stdout)
 
 
