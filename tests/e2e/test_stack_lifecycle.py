@@ -272,7 +272,9 @@ def finish_job(cluster: Cluster, kube: Kube, settings: StackSettings) -> None:
     """On kwok, report every pod as exited 0, as a kubelet would; then wait for the job to
     succeed (on a real cluster the trainer finishes it)."""
     job_uid = kube.job(settings.job.name)["metadata"]["uid"]
-    for replica_type, index in replica_pods(pytorchjob_manifest(settings, image="x")):
+    # The master last: its success is the job's, and cleanPodPolicy Running then deletes every
+    # pod still running, so a worker reported after it may already be gone.
+    for replica_type, index in reversed(replica_pods(pytorchjob_manifest(settings, image="x"))):
         if not cluster.fake_nodes:
             break
         name = f"{settings.job.name}-{replica_type.lower()}-{index}"
