@@ -10,8 +10,12 @@ import time
 
 from tests.conftest import REPO_ROOT
 
+# The program starts with SIGINT's default handler, as Python sets it up under a language host or
+# a terminal: a background job of a non-interactive shell (`make test &` in a script) inherits
+# SIGINT ignored, and Python then leaves it ignored.
 PROGRAM = """
-import asyncio, sys
+import asyncio, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from components.interruption import stop_quietly_on_sigint
 {install}
 async def main():
