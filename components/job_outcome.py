@@ -16,7 +16,10 @@ in the state.
 
 What the hooks do, per `job.waitFor` (none and created register none):
 - after create (also the create of a replacement): wait until Running (`running`, Succeeded
-  counts too) or Succeeded (`succeeded`); fail when the job fails first, or as soon as a pod's
+  counts too) or Succeeded (`succeeded`); a job queued in Kueue (`job.queue`) is told as queued,
+  with Kueue's reason, every 30 seconds until it is admitted, and fails at once when it can never
+  be (components/queue_state.py: its LocalQueue or ClusterQueue does not exist, or it asks for
+  more than the whole quota); fail when the job fails first, or as soon as a pod's
   container cannot start (an image the node cannot pull with the stack's credential, a missing
   Secret: job_state.START_FAILURES), with the kubelet's message; `running` gives up after
   `job.runningTimeoutSeconds`, naming what each pod waits for (a pod the scheduler cannot place
@@ -42,6 +45,7 @@ import pulumi
 
 from components.job_state import JobState, Progress, failure_report, replica_line
 from components.job_watch import JobWatch, JobWatchError, WaitTimeoutError, api_errors
+from components.queue_state import queue_line
 from components.settings import RUNNING_TIMEOUT_SECONDS
 
 WAITING_MODES = ("running", "succeeded")
@@ -152,13 +156,19 @@ class JobOutcome:
                     )
                     return state
             state = watch.wait(
-                lambda state: target.reached(state) or bool(state.replicas_that_cannot_start),
+                lambda state: (
+                    target.reached(state)
+                    or bool(state.replicas_that_cannot_start)
+                    or (state.queue is not None and state.queue.hopeless is not None)
+                ),
                 timeout=target.running_timeout_seconds if target.wait_for == "running" else None,
                 on_change=Progress(lambda line: log("info", line)),
                 describe=Progress.key,
             )
         except WaitTimeoutError as timeout:
             pods = [f"  {replica_line(r)}" for r in timeout.state.replicas] or ["  no pods"]
+            if timeout.state.queue is not None:
+                pods.insert(0, f"  {queue_line(timeout.state.queue)}")
             raise JobOutcomeError(
                 "\n".join(
                     [
@@ -175,6 +185,12 @@ class JobOutcome:
             raise JobOutcomeError(
                 f"cannot watch {target.title} (job.waitFor: {target.wait_for}): {error}"
             ) from None
+        hopeless = None if state.queue is None else state.queue.hopeless
+        if hopeless is not None and not target.reached(state):
+            raise JobOutcomeError(
+                f"{target.title} cannot be admitted by Kueue (job.waitFor: "
+                f"{target.wait_for}): {hopeless}; the job stays created, suspended"
+            )
         if not target.reached(state):
             raise JobOutcomeError(
                 "\n".join(

@@ -15,11 +15,13 @@ pods.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from components.job_apis import JobApi, api_of_kind
+from components.queue_state import QUEUED_REMINDER_SECONDS, QueueState, queue_line
 
 DEFAULT_KIND = "PyTorchJob"
 LOG_LINES = 20
@@ -99,6 +101,8 @@ class JobState:
     uid: str = ""
     resource_version: str = ""
     kind: str = DEFAULT_KIND  # the job's API kind: PyTorchJob or TrainJob
+    # Where Kueue has the job, when it names a LocalQueue (job.queue); None otherwise.
+    queue: QueueState | None = None
 
     @property
     def api(self) -> JobApi:
@@ -125,10 +129,18 @@ class JobState:
         return None
 
     @property
+    def queued(self) -> bool:
+        """Kueue holds the job back: it names a LocalQueue and is not admitted."""
+        return self.outcome is None and self.queue is not None and self.queue.waiting
+
+    @property
     def phase(self) -> str:
-        """The job's state in one word: its outcome, or its newest true condition."""
+        """The job's state in one word: its outcome, Queued while Kueue holds it back, or its
+        newest true condition."""
         if self.outcome is not None:
             return self.outcome
+        if self.queued:
+            return "Queued"
         true = [c for c in self.conditions if c.true]
         return max(true, key=lambda c: c.since).type if true else "Pending"
 
@@ -202,9 +214,13 @@ def replica_of(pod: Mapping[str, Any], api: JobApi | None = None) -> Replica:
     )
 
 
-def job_state(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> JobState:
-    """A job and its pods (newest incarnation of each pod name) as a JobState; a job without a
-    `kind` is a PyTorchJob."""
+def job_state(
+    job: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    queue: QueueState | None = None,
+) -> JobState:
+    """A job and its pods (newest incarnation of each pod name), and where Kueue has it, as a
+    JobState; a job without a `kind` is a PyTorchJob."""
     api = api_of_kind(str(job.get("kind") or DEFAULT_KIND))
     pods = list(pods)
     metadata = job.get("metadata") or {}
@@ -234,6 +250,7 @@ def job_state(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> JobS
         uid=str(metadata.get("uid", "")),
         resource_version=str(metadata.get("resourceVersion", "")),
         kind=api.kind,
+        queue=queue,
     )
 
 
@@ -288,6 +305,8 @@ def progress_line(state: JobState) -> str:
     )
     latest = state.condition(state.phase)
     said = f": {latest.message}" if latest is not None and latest.message else ""
+    if state.queue is not None and (state.queued or state.queue.admitted):
+        said = f": {queue_line(state.queue)}"
     return f"{state.title} {state.phase}{said}" + (f" [{pods}]" if pods else " [no pods yet]")
 
 
@@ -321,7 +340,10 @@ class Progress:
 
     @staticmethod
     def key(state: JobState) -> object:
-        return progress_line(state), [replica.uid for replica in state.replicas]
+        """What makes a state worth a line; while the job is queued, also each
+        QUEUED_REMINDER_SECONDS that pass (a wait says again that, and why, it is queued)."""
+        reminder = int(time.monotonic() // QUEUED_REMINDER_SECONDS) if state.queued else None
+        return progress_line(state), [replica.uid for replica in state.replicas], reminder
 
     def __call__(self, state: JobState) -> None:
         for line in recreated_lines(self._last, state):
@@ -368,6 +390,11 @@ def status_table(state: JobState, events: Sequence[Mapping[str, Any]] = ()) -> l
     """`make status`'s report: the job's conditions with their times, one row per pod (phase,
     restarts, last exit code and reason), then the job's recent events."""
     lines = [f"{state.title}: {state.phase}"]
+    if state.queue is not None:
+        lines.append(f"Kueue: {queue_line(state.queue)}")
+        hopeless = state.queue.hopeless
+        if hopeless:
+            lines.append(f"  it cannot be admitted: {hopeless}")
     if state.conditions:
         rows = [("CONDITION", "STATUS", "SINCE", "REASON", "MESSAGE")]
         rows += [(c.type, c.status, c.since, c.reason, c.message) for c in state.conditions]

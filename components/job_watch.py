@@ -23,6 +23,18 @@ from typing import Any
 
 from components.job_apis import JobApi, api_of_kind
 from components.job_state import DEFAULT_KIND, LOG_LINES, JobState, Replica, job_state
+from components.queue_state import (
+    JOB_UID_LABEL,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUE_PLURAL,
+    QUEUED_REMINDER_SECONDS,
+    WORKLOAD_PLURAL,
+    QueueState,
+    newest_workload,
+    queue_name,
+    queue_state,
+)
 
 WINDOW_SECONDS = 20
 # Consecutive failed reads of the API server before a wait gives up (a few minutes of retries).
@@ -167,10 +179,45 @@ class JobWatch:
         )
         return list(json.loads(response.data).get("items") or [])
 
+    def queue(self, job: dict[str, Any]) -> QueueState | None:
+        """Where Kueue has the job (its Workload, its LocalQueue), when it names a LocalQueue;
+        None when it names none, or this kubeconfig may not read Kueue's objects."""
+        from kubernetes.client import ApiException
+
+        local_queue = queue_name(job)
+        if local_queue is None:
+            return None
+        uid = str((job.get("metadata") or {}).get("uid") or "")
+        try:
+            listed = self._custom.list_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                self.namespace,
+                WORKLOAD_PLURAL,
+                label_selector=f"{JOB_UID_LABEL}={uid}",
+            )
+        except ApiException as error:
+            if error.status == 404:  # no such API: the cluster has no Kueue
+                return QueueState(local_queue=local_queue, kueue_installed=False)
+            if error.status in (401, 403):
+                return None
+            raise
+        workload = newest_workload(listed.get("items") or [])
+        try:
+            local = self._custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, self.namespace, LOCAL_QUEUE_PLURAL, local_queue
+            )
+        except ApiException as error:
+            if error.status not in (401, 403, 404):
+                raise
+            exists = False if error.status == 404 else None
+            return queue_state(local_queue, workload, local_queue_exists=exists)
+        return queue_state(local_queue, workload, local)
+
     def state(self, job: dict[str, Any] | None = None) -> JobState | None:
-        """The job and its pods now; None when there is no such job."""
+        """The job, its pods and where Kueue has it, now; None when there is no such job."""
         job = job if job is not None else self.job()
-        return None if job is None else job_state(job, self.pods())
+        return None if job is None else job_state(job, self.pods(), self.queue(job))
 
     def events(self, state: JobState, limit: int = EVENTS_SHOWN) -> list[dict[str, Any]]:
         """This job's newest events (the operator's: pods created, exited, recreated), not
@@ -298,6 +345,8 @@ class JobWatch:
                         state,
                     )
                 window = WINDOW_SECONDS if left is None else min(WINDOW_SECONDS, left)
+                if state.queued:  # Kueue's reasons change without a change of the job
+                    window = min(window, QUEUED_REMINDER_SECONDS / 3)
                 job = self._next_change(state.resource_version, window)
                 errors = 0
             except api_errors() as error:
