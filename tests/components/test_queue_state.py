@@ -72,7 +72,9 @@ NEVER_FITS = condition(
     "default-flavor, previously considered podsets requests (0) + current podset request (8) > "
     "maximum capacity (4)",
 )
-RESERVED = condition("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpus")
+RESERVED = condition(
+    "QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpus"
+)
 ADMITTED = condition("Admitted", "True", "Admitted", "The workload is admitted")
 EVICTED = condition(
     "Evicted",
