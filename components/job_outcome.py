@@ -159,7 +159,7 @@ class JobOutcome:
                 lambda state: (
                     target.reached(state)
                     or bool(state.replicas_that_cannot_start)
-                    or (state.queue is not None and state.queue.hopeless is not None)
+                    or state.inadmissible is not None
                 ),
                 timeout=target.running_timeout_seconds if target.wait_for == "running" else None,
                 on_change=Progress(lambda line: log("info", line)),
@@ -185,11 +185,10 @@ class JobOutcome:
             raise JobOutcomeError(
                 f"cannot watch {target.title} (job.waitFor: {target.wait_for}): {error}"
             ) from None
-        hopeless = None if state.queue is None else state.queue.hopeless
-        if hopeless is not None and not target.reached(state):
+        if state.inadmissible is not None and not target.reached(state):
             raise JobOutcomeError(
                 f"{target.title} cannot be admitted by Kueue (job.waitFor: "
-                f"{target.wait_for}): {hopeless}; the job stays created, suspended"
+                f"{target.wait_for}): {state.inadmissible}; the job stays created, suspended"
             )
         if not target.reached(state):
             raise JobOutcomeError(

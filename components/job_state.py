@@ -134,6 +134,11 @@ class JobState:
         return self.outcome is None and self.queue is not None and self.queue.waiting
 
     @property
+    def inadmissible(self) -> str | None:
+        """Why Kueue can never admit the job as things stand (QueueState.hopeless), else None."""
+        return None if self.queue is None else self.queue.hopeless
+
+    @property
     def phase(self) -> str:
         """The job's state in one word: its outcome, Queued while Kueue holds it back, or its
         newest true condition."""
@@ -392,9 +397,8 @@ def status_table(state: JobState, events: Sequence[Mapping[str, Any]] = ()) -> l
     lines = [f"{state.title}: {state.phase}"]
     if state.queue is not None:
         lines.append(f"Kueue: {queue_line(state.queue)}")
-        hopeless = state.queue.hopeless
-        if hopeless:
-            lines.append(f"  it cannot be admitted: {hopeless}")
+        if state.inadmissible:
+            lines.append(f"  it cannot be admitted: {state.inadmissible}")
     if state.conditions:
         rows = [("CONDITION", "STATUS", "SINCE", "REASON", "MESSAGE")]
         rows += [(c.type, c.status, c.since, c.reason, c.message) for c in state.conditions]
