@@ -172,14 +172,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # With two workers (`make e2e E2E_WORKERS=2`), the modules that need this machine to themselves
 # run one after another on one worker: those that start a real node (kubelet and containerd) or a
 # whole one-machine cluster, and those that build with podman, whose store every build shares
-# (test_image_build asserts that a build leaves nothing in it).
+# (test_image_build asserts that a build leaves nothing in it), unless they hold the store's
+# shared lock (tests/containers.py podman_store), as test_faults_registry does: test_image_build
+# holds it alone.
 EXCLUSIVE_GROUP = "exclusive"
 EXCLUSIVE_MODULES = (
     "test_cluster.py",
     "test_own_code.py",
-    "test_real_node.py",
     "test_image_build.py",
-    "test_faults_registry.py",
+    "test_real_node.py",
 )
 
 
@@ -195,8 +196,9 @@ def module_order(module: str, *, parallel: bool) -> tuple[int, int, int, str]:
     TrainingRuntimes from its cache) may lag; every other module runs on a plane as it was
     started. With workers (`parallel`), the exclusive group first: the longest, it starts while
     the other worker goes through the rest, in EXCLUSIVE_MODULES' order (test_image_build, which
-    has the podman store to itself, after the real-node modules: by then the `make image-test`
-    that .ci/run runs beside the suite is long done, and nothing waits for the store)."""
+    has the podman store to itself, after test_own_code: by then the `make image-test` that
+    .ci/run runs beside the suite is done with the store, and the other worker is not yet at
+    test_faults_registry, which shares it)."""
     exclusive = module in EXCLUSIVE_MODULES
     first = 0 if not parallel or exclusive else 1
     within = EXCLUSIVE_MODULES.index(module) if parallel and exclusive else 0

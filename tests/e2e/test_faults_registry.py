@@ -27,6 +27,7 @@ from tests.containers import (
     docker_api,
     local_registry,
     podman,
+    podman_store,
     start_registry,
     stop_registry,
 )
@@ -48,6 +49,14 @@ pytestmark = pytest.mark.timeout(1800)
 
 REPOSITORY = "pytorch-distributed-faults"
 USERNAME = "e2e-robot"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def store_shared() -> Iterator[None]:
+    """Builds beside other modules' (it compares nothing of the store); test_image_build, which
+    compares the whole store, waits for it, and it for test_image_build."""
+    with podman_store(alone=False):
+        yield
 
 
 @pytest.fixture(scope="module")
