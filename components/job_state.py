@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.conditions import Condition, condition_of
 from components.job_apis import JobApi, api_of_kind
 from components.queue_state import QUEUED_REMINDER_SECONDS, QueueState, queue_line
 
@@ -42,19 +43,6 @@ START_FAILURES = frozenset(
         "CreateContainerError",
     }
 )
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str
-    reason: str
-    message: str
-    since: str  # lastTransitionTime, as the API server writes it (UTC)
-
-    @property
-    def true(self) -> bool:
-        return self.status == "True"
 
 
 @dataclass(frozen=True)
@@ -230,16 +218,7 @@ def job_state(
     pods = list(pods)
     metadata = job.get("metadata") or {}
     raw = api.conditions(job, pods)
-    conditions = [
-        Condition(
-            type=str(c.get("type", "")),
-            status=str(c.get("status", "")),
-            reason=str(c.get("reason", "")),
-            message=" ".join(str(c.get("message", "")).split()),
-            since=str(c.get("lastTransitionTime") or c.get("lastUpdateTime") or ""),
-        )
-        for c in raw
-    ]
+    conditions = [condition_of(c) for c in raw]
     rank = {name: index for index, name in enumerate(CONDITION_ORDER)}
     conditions.sort(key=lambda c: (rank.get(c.type, len(rank)), c.type))
     order = api.replica_order

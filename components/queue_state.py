@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from components.conditions import Condition, condition_of
 from components.manifests import KUEUE_QUEUE_LABEL
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -91,20 +92,21 @@ class QueueState:
         return None
 
 
-def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def _conditions(workload: Mapping[str, Any]) -> dict[str, Condition]:
     items = (workload.get("status") or {}).get("conditions") or []
-    return {str(c.get("type", "")): c for c in items}
+    return {condition.type: condition for condition in map(condition_of, items)}
 
 
-def _true(conditions: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
-    return str((conditions.get(kind) or {}).get("status")) == "True"
+def _true(conditions: Mapping[str, Condition], kind: str) -> bool:
+    condition = conditions.get(kind)
+    return condition is not None and condition.true
 
 
-def _said(condition: Mapping[str, Any] | None) -> str:
-    if not condition or str(condition.get("status")) != "True":
+def _said(condition: Condition | None) -> str:
+    """A true condition's "<reason>: <message>"; empty when it is not true."""
+    if condition is None or not condition.true:
         return ""
-    message = " ".join(str(condition.get("message") or "").split())
-    return f"{condition.get('reason') or ''}: {message}".strip(": ")
+    return f"{condition.reason}: {condition.message}".strip(": ")
 
 
 def queue_name(job: Mapping[str, Any]) -> str | None:
@@ -146,8 +148,9 @@ def queue_state(
     conditions = _conditions(workload)
     admission = (workload.get("status") or {}).get("admission") or {}
     cluster = str(admission.get("clusterQueue") or cluster)
-    reserved = conditions.get("QuotaReserved") or {}
-    waiting_reason = str(reserved.get("status")) != "True"
+    reserved = conditions.get("QuotaReserved")
+    # While the quota is not reserved, its condition's reason and message say why.
+    waiting = reserved if reserved is not None and not reserved.true else None
     return QueueState(
         local_queue=local_queue,
         cluster_queue=cluster,
@@ -155,8 +158,8 @@ def queue_state(
         quota_reserved=_true(conditions, "QuotaReserved"),
         admitted=_true(conditions, "Admitted"),
         finished=_true(conditions, "Finished"),
-        reason=str(reserved.get("reason") or "") if waiting_reason else "",
-        message=" ".join(str(reserved.get("message") or "").split()) if waiting_reason else "",
+        reason=waiting.reason if waiting else "",
+        message=waiting.message if waiting else "",
         evicted=_said(conditions.get("Evicted")),
         preempted=_said(conditions.get("Preempted")),
         local_queue_exists=local_queue_exists,
