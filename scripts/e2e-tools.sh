@@ -3,8 +3,8 @@
 # sources in ../shared/vendor/, into a cache outside the clone, and prints the directory that
 # holds them (the last line on stdout).
 #
-#   scripts/e2e-tools.sh            build what is missing, print the bin directory
-#   scripts/e2e-tools.sh --print    print the bin directory only (nothing is built)
+#   scripts/e2e-tools.sh           build what is missing, print the bin directory
+#   scripts/e2e-tools.sh --print   print the bin directory only (nothing is built)
 #
 # Each tool is cached in a directory of its own, named after its version and a hash of its build
 # recipe (its build function, the helpers it calls and the values of the variables they read, the
@@ -16,7 +16,7 @@
 # Up to PD_E2E_BUILD_JOBS tools (default 2) build at once, the longest first: one build's module
 # downloads, go generate steps and single-threaded links leave the CPU to another's compiles.
 # A tool that reuses another's compiled packages (the language host the CLI's sdk/v3 and pkg/v3,
-# JobSet Trainer's client libraries) waits for it. With PD_TIMINGS_FILE set, each tool appends
+# etcd Kubernetes') waits for it. With PD_TIMINGS_FILE set, each tool appends
 # `e2e tool NAME<TAB>SECONDS<TAB>built|cached` to it (the timing table of .ci/run).
 #
 # Versions match the Python pins in requirements.txt (pulumi, pulumi-kubernetes, pulumi-docker).
@@ -52,6 +52,9 @@ KWOK_VERSION=0.8.0
 # pair Trainer v2.3.0 installs (its manifests/third-party/jobset pins JobSet v0.12.0).
 TRAINER_VERSION=2.3.0
 JOBSET_VERSION=0.12.0
+# Kueue, the job queueing controller (LocalQueue, ClusterQueue, Workload), with its PyTorchJob and
+# TrainJob integrations; the proxy serves v0.17.0 by exact version, though its list omits it.
+KUEUE_VERSION=0.17.0
 # The Python language host: sdk/python/cmd/pulumi-language-python of pulumi at this commit (the
 # development tree of 3.260.0), built against the published sdk/v3 and pkg/v3 v3.260.0.
 LANGUAGE_PYTHON_ARCHIVE=pulumi-language-python-1b5949891b3c.tar.gz
@@ -409,34 +412,53 @@ blob() {
   printf '"digest":"sha256:%s","size":%s' "$digest" "$size"
 }
 
-# Trainer v2: its controller manager, its CRDs and the torch-distributed ClusterTrainingRuntime.
-build_trainer() {
-  local module=github.com/kubeflow/trainer/v2 source
-  GOBIN="$out/bin" go install -trimpath -ldflags "-s -w" \
-    "$module/cmd/trainer-controller-manager@v$TRAINER_VERSION"
-  source=$(module_dir "$module@v$TRAINER_VERSION")
+# The job controllers, in one module graph: Trainer v2's controller manager, the JobSet controller
+# it runs a TrainJob's nodes on, and Kueue's controller manager, with their CRDs and webhook
+# configurations and Trainer's torch-distributed ClusterTrainingRuntime. One graph because Kueue
+# compiles in the Trainer API it admits and resumes: built on its own (its go.mod asks Trainer
+# v2.2.0) it resumes a TrainJob with v2.2.0's types, and JobSet's webhook refuses Trainer v2.3.0's
+# update of the suspended JobSet ("field is immutable") every time; here it gets the Trainer API
+# the plane runs. Minimal version selection lifts all three to Trainer's Kubernetes libraries
+# (k8s.io v0.36, controller-runtime v0.24), and they share one compile of them: the three build in
+# about 200 s of wall time on 2 cores, Kueue on its own took 490.
+build_job_controllers() {
+  local trainer=github.com/kubeflow/trainer/v2 jobset=sigs.k8s.io/jobset kueue=sigs.k8s.io/kueue
+  # A wrapper module requiring the exact versions: `go install module@version` reads the version
+  # list (for deprecations), which the proxy refuses for JobSet and which omits Kueue v0.17.0.
+  wrapper_module "$work/mod" "$trainer" "v$TRAINER_VERSION"
+  (
+    cd "$work/mod"
+    # k8s.io/apiserver v0.36's storage factory, which Kueue imports, needs this module; the graph
+    # (pruned at Trainer's go.mod, which does not import that package) would otherwise look up
+    # its latest version at build time.
+    go mod edit -require "$jobset@v$JOBSET_VERSION" -require "$kueue@v$KUEUE_VERSION" \
+      -require github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus@v1.1.0
+    go build -trimpath -ldflags "-s -w" -o "$out/bin/" \
+      "$trainer/cmd/trainer-controller-manager" "$jobset" "$kueue/cmd/kueue"
+  )
+  local source
+  source=$(module_dir "$trainer@v$TRAINER_VERSION")
   mkdir -p "$out/share/trainer-crds" "$out/share/trainer-runtimes" "$out/share/trainer-webhooks"
   cp "$source"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/share/trainer-crds/"
   cp "$source/manifests/base/runtimes/torch_distributed.yaml" "$out/share/trainer-runtimes/"
   cp "$source/manifests/base/webhook/manifests.yaml" "$out/share/trainer-webhooks/"
-  echo "trainer-controller-manager: $module@v$TRAINER_VERSION cmd/trainer-controller-manager, its CRDs (manifests/base/crds), webhook configurations (manifests/base/webhook) and the torch-distributed ClusterTrainingRuntime (manifests/base/runtimes), Go module proxy" >"$out/PROVENANCE"
-}
-
-# JobSet: the controller (the module's root main package) and its CRD.
-build_jobset() {
-  local module=sigs.k8s.io/jobset source
-  # Not `go install module@version`: that reads the module's version list (for deprecations),
-  # which the proxy refuses for jobset; a wrapper module requiring the exact version does not.
-  wrapper_module "$work/mod" "$module" "v$JOBSET_VERSION"
-  (cd "$work/mod" && go build -trimpath -ldflags "-s -w" -o "$out/bin/jobset" "$module")
-  source=$(module_dir "$module@v$JOBSET_VERSION")
+  source=$(module_dir "$jobset@v$JOBSET_VERSION")
   mkdir -p "$out/share/jobset-crds" "$out/share/jobset-webhooks"
   cp "$source"/config/components/crd/bases/*.yaml "$out/share/jobset-crds/"
   # The webhook configurations with the pod webhooks' objectSelector (JobSet's pods only), which
   # its kustomization adds as patches.
   cp "$source/config/components/webhook/manifests.yaml" "$out/share/jobset-webhooks/"
   cp "$source"/config/components/webhook/patches/*.yaml "$out/share/jobset-webhooks/"
-  echo "jobset: $module@v$JOBSET_VERSION (its root main package), its CRD (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy" >"$out/PROVENANCE"
+  source=$(module_dir "$kueue@v$KUEUE_VERSION")
+  mkdir -p "$out/share/kueue-crds" "$out/share/kueue-webhooks"
+  cp "$source"/config/components/crd/bases/*.yaml "$out/share/kueue-crds/"
+  cp "$source/config/components/webhook/manifests.yaml" "$out/share/kueue-webhooks/"
+  {
+    echo "trainer-controller-manager: $trainer@v$TRAINER_VERSION cmd/trainer-controller-manager, its CRDs (manifests/base/crds), webhook configurations (manifests/base/webhook) and the torch-distributed ClusterTrainingRuntime (manifests/base/runtimes), Go module proxy"
+    echo "jobset: $jobset@v$JOBSET_VERSION (its root main package), its CRD (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy"
+    echo "kueue: $kueue@v$KUEUE_VERSION cmd/kueue, its CRDs (config/components/crd/bases) and webhook configurations (config/components/webhook), Go module proxy"
+    echo "the three built in one module graph: $(cd "$work/mod" && go list -m k8s.io/api sigs.k8s.io/controller-runtime | paste -sd ' ')"
+  } >"$out/PROVENANCE"
 }
 
 # Debian's containerd (1.6, with its runc v2 shim and ctr), runc and CNI plugins,
@@ -502,10 +524,9 @@ TOOLS=(
   "pulumi-$PULUMI_VERSION|pulumi|pulumi CLI v$PULUMI_VERSION|build_pulumi|"
   "pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION|pulumi-resource-kubernetes|kubernetes provider v$KUBERNETES_PROVIDER_VERSION|build_kubernetes_provider|"
   "kubernetes-$KUBERNETES_VERSION|$KUBERNETES_BINARIES|${KUBERNETES_BINARIES// /, } v$KUBERNETES_VERSION|build_kubernetes|"
-  "trainer-$TRAINER_VERSION|trainer-controller-manager|Kubeflow Trainer controller manager v$TRAINER_VERSION|build_trainer|"
+  "job-controllers-$TRAINER_VERSION-$JOBSET_VERSION-$KUEUE_VERSION|trainer-controller-manager jobset kueue|Trainer v$TRAINER_VERSION, JobSet v$JOBSET_VERSION and Kueue v$KUEUE_VERSION controllers|build_job_controllers|"
   "pulumi-resource-docker-$DOCKER_PROVIDER_VERSION|pulumi-resource-docker|docker provider v$DOCKER_PROVIDER_VERSION|build_docker_provider|"
   "coredns-$COREDNS_VERSION|coredns|CoreDNS v$COREDNS_VERSION (kubernetes plugin)|build_coredns|"
-  "jobset-$JOBSET_VERSION|jobset|JobSet controller v$JOBSET_VERSION|build_jobset|trainer-$TRAINER_VERSION"
   "kwok-$KWOK_VERSION|kwok|kwok v$KWOK_VERSION|build_kwok|"
   "etcd-$ETCD_VERSION|etcd|etcd v$ETCD_VERSION|build_etcd|kubernetes-$KUBERNETES_VERSION"
   "training-operator-$TRAINING_OPERATOR_VERSION|training-operator|training-operator v$TRAINING_OPERATOR_VERSION|build_training_operator|"
@@ -513,6 +534,16 @@ TOOLS=(
   "pause-image-$PAUSE_IMAGE_VERSION||sandbox (pause) image, a static Go binary|build_pause|"
   "init-image-$INIT_IMAGE_VERSION||the operator's init container image, Debian's busybox|build_init_image|"
 )
+print_only=0
+case ${1:-} in
+  --print) print_only=1 ;;
+  "") ;;
+  *)
+    say "unknown argument '$1': expected --print or nothing"
+    exit 2
+    ;;
+esac
+
 declare -A tool_dir tool_what tool_binaries tool_build tool_after
 order=()
 for entry in "${TOOLS[@]}"; do
@@ -530,7 +561,7 @@ set_key=$(for name in "${order[@]}"; do echo "${tool_dir[$name]##*/}|${tool_bina
 set_dir=$cache/sets/$set_key
 bin=$set_dir/bin
 
-if [[ ${1:-} == --print ]]; then
+if ((print_only)); then
   echo "$bin"
   exit 0
 fi

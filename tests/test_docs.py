@@ -289,6 +289,7 @@ def version_mentions() -> dict[str, str]:
         r"OPERATOR_REF`, default `v(\d+\.\d+\.\d+)": _pinned("TRAINING_OPERATOR_VERSION"),
         r"Trainer (?:v2 \()?v?(\d+\.\d+\.\d+)": _pinned("TRAINER_VERSION"),
         r"JobSet v?(\d+\.\d+\.\d+)": _pinned("JOBSET_VERSION"),
+        r"Kueue v?(\d+\.\d+\.\d+)": _pinned("KUEUE_VERSION"),
         r"Kubernetes (\d+\.\d+(?:\.\d+)?)": _pinned("KUBERNETES_VERSION"),
         r"pulumi-kubernetes (\d+\.\d+(?:\.\d+)?)": _pip_pin(
             "pulumi-kubernetes", "requirements.txt"

@@ -60,6 +60,8 @@ POLICY_CONFIG = E2E_DIR / "policy-config.json"
 PROJECT_FILES = (
     "Makefile",
     "Pulumi.yaml",
+    # `make cluster` makes its LocalQueue in the local stack's namespace.
+    "Pulumi.local.yaml",
     "__main__.py",
     "requirements.txt",
     "requirements-dev.txt",
@@ -124,6 +126,18 @@ def cluster(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> I
     assert toolchain.bin_dir is not None
     with ControlPlane(toolchain.bin_dir, tmp_path_factory.mktemp("control-plane")) as plane:
         yield Cluster(plane.kubeconfig, plane)
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> ControlPlane:
+    """The suite's control plane with Kueue running (started by its first module that queues)."""
+    plane = cluster.plane
+    if plane is None:
+        pytest.skip("an external cluster: Kueue is started on the suite's own control plane")
+    if not plane.private_mounts:
+        pytest.skip("Kueue runs on the suite's control plane only as root")
+    plane.add_kueue()
+    return plane
 
 
 # Who the real node's registry lets push and pull.

@@ -1,9 +1,10 @@
 """The one-machine cluster as a user drives it, in the suite's checkout (tools/cluster/): `make
 cluster` returns once everything answers and leaves it running in the background (the make that
 started it is gone), a second `make cluster` says it is up, `make cluster-status` sees every part
-answer, and `make cluster-down` leaves no process, mount (the real node's network and mount
-namespaces are held by mounts) or cgroup of it. Its registry takes a free port here
-(`CLUSTER_REGISTRY_PORT`), so a user's own cluster on 5000 may run meanwhile."""
+answer (Kueue's LocalQueue `local` active among them), and `make cluster-down` leaves no
+process, mount (the real node's network and mount namespaces are held by mounts) or cgroup of it.
+Its registry takes a free port here (`CLUSTER_REGISTRY_PORT`), so a user's own cluster on 5000
+may run meanwhile."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def test_make_cluster_runs_in_the_background_once_and_cluster_down_leaves_nothin
         assert running(directory) == current
 
         status = project.make("cluster-status")
-        parts = [line.split(None, 1) for line in status.stdout.splitlines()[1:5]]
-        assert [state for state, _ in parts] == ["ok", "ok", "ok", "ok"], status.stdout
+        parts = [line.split(None, 1) for line in status.stdout.splitlines()[1:6]]
+        assert [state for state, _ in parts] == ["ok"] * 5, status.stdout
+        assert parts[4][1].startswith("Kueue, LocalQueue local"), status.stdout
     finally:
         down = project.make("cluster-down", check=False)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -31,6 +31,14 @@ from typing import Any
 import pytest
 
 from components.manifests import READER_MANAGER, resource_names
+from components.queue_state import (
+    JOB_UID_LABEL,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUE_PLURAL,
+    WORKLOAD_PLURAL,
+    newest_workload,
+)
 from components.settings import PROJECT, TRAINER_GID, TRAINER_UID, StackSettings
 from tests.conftest import committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
@@ -46,6 +54,13 @@ from tests.e2e.conftest import (
     started_real_node,
 )
 from tests.support.waiting import wait_until
+from tools.cluster.control_plane import ControlPlane
+from tools.cluster.kueue_plane import (
+    cluster_queue,
+    create_queue_object,
+    local_queue,
+    workload_priority_class,
+)
 from tools.cluster.real_node import POD_SECURITY_ENFORCE, RealNode
 from trainer.checkpoint import CheckpointStore
 
@@ -331,6 +346,112 @@ def test_a_deleted_worker_pod_is_recreated_and_the_run_resumes_to_the_same_weigh
     described = inspect_checkpoints(stack.project, checkpoints)
     assert described["epochs_completed"] == job.total_epochs
     assert described["model_sha256"] == UNINTERRUPTED["model_sha256"]
+
+
+# -- Kueue: a preempted job checkpoints, and resumes when admitted again ------------------------
+
+NODE_QUEUE = "node"
+# The high job's LocalQueue, held (stopPolicy Hold) until the low job has a checkpoint: then
+# releasing it makes Kueue preempt the low job at once, wherever the machine's load has it.
+HIGH_QUEUE = "node-high"
+NODE_CLUSTER_QUEUE = "e2e-real-node"
+HIGH_STACK = "e2e-real-node-high"
+HIGH_JOB = "ddp-high"
+
+
+def test_a_job_preempted_by_kueue_resumes_when_admitted_again_to_the_same_weights(
+    project: Project,
+    stack: Stack,
+    settings: StackSettings,
+    kube: Kube,
+    cluster: Cluster,
+    node: RealNode,
+    kueue: ControlPlane,
+) -> None:
+    if not UNINTERRUPTED:
+        pytest.skip("needs the uninterrupted run of the tests before")
+    job = settings.job
+    api = cluster.api()
+    # Quota for the low job's two pods (job.cpu, job.memory each), so the high one's pod fits
+    # only once the low job is preempted.
+    create_queue_object(api, cluster_queue(NODE_CLUSTER_QUEUE, {"cpu": "1", "memory": "4Gi"}))
+    create_queue_object(api, local_queue(kube.namespace, NODE_QUEUE, NODE_CLUSTER_QUEUE))
+    create_queue_object(
+        api, local_queue(kube.namespace, HIGH_QUEUE, NODE_CLUSTER_QUEUE, stop_policy="Hold")
+    )
+    create_queue_object(api, workload_priority_class("low", 100))
+    create_queue_object(api, workload_priority_class("high", 1000))
+    checkpoints = Path(UNINTERRUPTED["directory"])
+    checkpoints.rename(checkpoints.with_name(f"{job.name}-before-preemption"))
+    stack.config_set("job.queue", NODE_QUEUE)
+    stack.config_set("job.priorityClass", "low")
+    high = project.stack(HIGH_STACK)
+    high.config_set("image.ref", stack.config()[f"{PROJECT}:image"]["ref"])
+    high.config_set("registry.server", node.registry.address)
+    try:
+        high_result = high.up()  # created, and queued in the held LocalQueue
+        show_output("make up (the high job)", high_result.output)
+        assert not kube.pods(HIGH_JOB)
+        result = stack.up("--replace", job_urn(stack))  # admitted at once: the high one is held
+        assert "admitted by LocalQueue node (ClusterQueue e2e-real-node)" in result.output
+        wait_until(
+            lambda: committed_epochs(checkpoints) >= 1,
+            "the low job's first checkpoint",
+            RUN_TIMEOUT_S,
+            diagnose=kube.diagnose(job.name),
+        )
+        kube.custom.patch_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            kube.namespace,
+            LOCAL_QUEUE_PLURAL,
+            HIGH_QUEUE,
+            {"spec": {"stopPolicy": "None"}},
+        )
+        # Kueue suspends the low job to admit the high one: its pods are deleted (SIGTERM, and
+        # the trainer's checkpoint within the grace period).
+        wait_until(
+            lambda: "Preempted" in evictions(queue_workload(kube, kube.job(job.name))),
+            "Kueue to preempt the low job",
+            RUN_TIMEOUT_S,
+            diagnose=kube.diagnose(job.name),
+        )
+        assert "Succeeded" in kube.wait_for_outcome(HIGH_JOB)
+        assert "Succeeded" in kube.wait_for_outcome(job.name)
+        master_log = kube.log(f"{job.name}-master-0")
+        assert "resuming from /checkpoints/" in master_log, master_log
+        described = inspect_checkpoints(stack.project, checkpoints)
+        assert described["epochs_completed"] == job.total_epochs
+        assert described["model_sha256"] == UNINTERRUPTED["model_sha256"]
+    finally:
+        high.destroy(check=False)
+        stack.cli("config", "rm", "--path", f"{PROJECT}:job.queue", check=False)
+        stack.cli("config", "rm", "--path", f"{PROJECT}:job.priorityClass", check=False)
+
+
+def evictions(workload: dict[str, Any]) -> list[str]:
+    """The reasons Kueue evicted the workload for, as its scheduling stats count them."""
+    stats = (workload.get("status") or {}).get("schedulingStats") or {}
+    return [eviction["reason"] for eviction in stats.get("evictions") or []]
+
+
+def queue_workload(kube: Kube, job: dict[str, Any] | None) -> dict[str, Any]:
+    assert job is not None, "the job is gone"
+    listed = kube.custom.list_namespaced_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        kube.namespace,
+        WORKLOAD_PLURAL,
+        label_selector=f"{JOB_UID_LABEL}={job['metadata']['uid']}",
+    )
+    workload = newest_workload(listed.get("items") or [])
+    assert workload is not None, "Kueue made no Workload for the job"
+    return dict(workload)
+
+
+def show_output(title: str, text: str) -> None:
+    """Shown with `pytest -s`."""
+    print(f"\n===== {title} =====\n{text}")
 
 
 def test_destroy_keeps_the_claim_and_up_with_more_epochs_resumes_from_it(

@@ -3,8 +3,10 @@ JobSet v0.12.0 running on the control plane with their webhooks (tools/cluster/t
 preview with the policy pack, a bad value, up (the TrainJob and its TrainingRuntime as the
 builders describe them, the JobSet's pods with the environment the local runner emulates,
 `job.waitFor: running` and `make status`), no drift, no plaintext secret, replacement on a change
-of the immutable spec or of the runtime, and destroy keeping the claim. The tests run in file
-order on one stack."""
+of the immutable spec or of the runtime, and destroy keeping the claim. Kueue runs beside them
+where the suite's plane can run it: its webhook adds a runtime patch of its own to every TrainJob,
+which the stack leaves alone and does not see as a change. The tests run in file order on one
+stack."""
 
 from __future__ import annotations
 
@@ -35,6 +37,20 @@ TRAINJOB_TYPE = API.resource_type
 RUNTIME_TYPE = f"kubernetes:{API.api_version}:TrainingRuntime"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MARKER = "snapshot-from-an-earlier-run.txt"
+
+
+# The runtime patch Kueue's webhook adds to every TrainJob created where it runs.
+KUEUE_PATCH_MANAGER = "kueue.x-k8s.io/manager"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kueue_beside(cluster: Cluster) -> bool:
+    """Whether Kueue runs on the plane (started here if the suite's plane can run it)."""
+    plane = cluster.plane
+    if plane is not None and plane.private_mounts:
+        plane.add_kueue()
+        return True
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +150,7 @@ def test_elastic_with_trainjob_fails_preview_with_one_line_naming_the_key(stack:
 
 
 def test_up_creates_the_runtime_and_the_trainjob_as_the_builders_describe(
-    stack: Stack, settings: StackSettings, kube: Kube
+    stack: Stack, settings: StackSettings, kube: Kube, kueue_beside: bool
 ) -> None:
     result = stack.up()
     assert result.summary() == {"create": 11}, result.output
@@ -146,6 +162,8 @@ def test_up_creates_the_runtime_and_the_trainjob_as_the_builders_describe(
     job = kube.trainer("trainjobs", settings.job.name)
     assert job is not None
     assert contains(job, trainjob_manifest(settings, image=settings.image.ref)) == []
+    managers = [patch["manager"] for patch in job["spec"].get("runtimePatches") or []]
+    assert (KUEUE_PATCH_MANAGER in managers) == kueue_beside, managers
     assert kube.jobset(settings.job.name) is not None, "Trainer built no JobSet"
 
 

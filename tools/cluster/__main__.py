@@ -37,7 +37,8 @@ from tools.cluster.service import (
 
 COMPONENTS = (
     "control plane (etcd, API server, controller manager, scheduler), training operator, "
-    "Kubeflow Trainer and JobSet, real node (kubelet, containerd, CoreDNS)"
+    "Kubeflow Trainer and JobSet, Kueue (LocalQueue local), "
+    "real node (kubelet, containerd, CoreDNS)"
 )
 
 

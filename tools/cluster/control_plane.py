@@ -2,11 +2,12 @@
 tools/cluster/service.py) and the real-engine e2e suite's (tests/e2e/conftest.py).
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator,
-Kubeflow Trainer v2 and JobSet (tools/cluster/trainer_plane.py) and, for the suite, kwok (fake
-nodes: pods get scheduled and reach Running without a kubelet or containers) run as plain
-processes from the binaries `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi
-talks to is therefore a genuine API server with the PyTorchJob, TrainJob and JobSet CRDs, real
-admission (Trainer's and JobSet's webhooks included), server-side apply, garbage collection, PV
+Kubeflow Trainer v2 and JobSet (tools/cluster/trainer_plane.py), Kueue
+(tools/cluster/kueue_plane.py) and, for the suite, kwok (fake nodes: pods get scheduled and reach
+Running without a kubelet or containers) run as plain processes from the binaries
+`scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
+genuine API server with the PyTorchJob, TrainJob, JobSet and Kueue CRDs, real admission
+(Trainer's, JobSet's and Kueue's webhooks included), server-side apply, garbage collection, PV
 binding, the Job controller and the operators' reconciliation. The API server reaches nodes and
 pods only through an egress proxy (tools/cluster/node_network.py), and `ControlPlane.real_node()`
 adds a node whose pods really run (tools/cluster/real_node.py).
@@ -33,6 +34,7 @@ import yaml
 
 from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
 from components.settings import REPO_ROOT
+from tools.cluster.kueue_plane import start_kueue
 from tools.cluster.node_network import NODE_NETWORK, NodeNamespaces
 from tools.cluster.processes import (
     STARTUP_TIMEOUT,
@@ -111,6 +113,8 @@ class ControlPlane:
     # What stop_apiserver stopped: the command line start_apiserver runs again.
     _stopped_apiserver: list[str] = field(default_factory=list, init=False)
     _real_node: RealNode | None = field(default=None, init=False)
+    # Whether Kueue runs here: started by add_kueue, when its first user needs it.
+    kueue: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -431,16 +435,34 @@ class ControlPlane:
         """Where the operator reads its serving certificate, as this process sees it."""
         return self.workdir / "webhook-certs" if _private_mounts() else WEBHOOK_CERT_DIR
 
+    def add_kueue(self) -> None:
+        """Kueue on this plane, unless it runs already (tools/cluster/kueue_plane.py); needs
+        private_mounts. Not part of start(): most of the plane's users never queue, and a job
+        that names no queue runs the same without it."""
+        if not self.kueue:
+            start_kueue(self)
+            self.kueue = True
+
+    @property
+    def private_mounts(self) -> bool:
+        """Whether components can get mount namespaces of their own (root, util-linux's
+        unshare)."""
+        return _private_mounts()
+
+    def private_dir_wrapper(self, fixed: Path, own: Path) -> list[str]:
+        """The command prefix that runs a component with `own` (this plane's directory) bound at
+        the `fixed` path it insists on, in a mount namespace of its own; needs private_mounts."""
+        own.mkdir(parents=True, exist_ok=True)
+        return [
+            *("unshare", "--mount", "--propagation", "private", "--"),
+            *("sh", "-c", PRIVATE_CERT_DIR_SCRIPT, "sh", str(fixed), str(own)),
+        ]
+
     def _start_operator(self) -> None:
         probe = free_port()
         wrapper = None
         if _private_mounts():
-            self.webhook_cert_dir.mkdir(parents=True, exist_ok=True)
-            wrapper = [
-                *("unshare", "--mount", "--propagation", "private", "--"),
-                *("sh", "-c", PRIVATE_CERT_DIR_SCRIPT, "sh"),
-                *(str(WEBHOOK_CERT_DIR), str(self.webhook_cert_dir)),
-            ]
+            wrapper = self.private_dir_wrapper(WEBHOOK_CERT_DIR, self.webhook_cert_dir)
         process = self._start(
             "training-operator",
             [

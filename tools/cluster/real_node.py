@@ -76,7 +76,8 @@ NODE_LABEL = ("pytorch-distributed.e2e/node", "real")
 NODE_TAINT = {"key": "pytorch-distributed.e2e/real-node", "value": "true", "effect": "NoSchedule"}
 STORAGE_CLASS = "real-node"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-PERSISTENT_VOLUMES = 4
+# The stacks of one module claim a few (the preemption scenario's second stack one more).
+PERSISTENT_VOLUMES = 6
 # A namespace's deletion waits for the namespace controller to empty it: seconds, here.
 API_OBJECTS_GONE_TIMEOUT = 120.0
 CLUSTER_DOMAIN = "cluster.local"

@@ -46,10 +46,11 @@ from pathlib import Path
 
 import psutil
 
-from components.settings import REPO_ROOT
+from components.settings import REPO_ROOT, load_stack_file
 from tools import procs
 from tools.cluster import docker_api
 from tools.cluster.control_plane import TOOLS_SCRIPT, ControlPlane, build_tools
+from tools.cluster.kueue_plane import NODE_QUEUE, create_node_queue, node_queue_active
 from tools.cluster.node_network import NodeNamespaces
 from tools.cluster.processes import ControlPlaneError, launch, terminate, wait_for
 from tools.cluster.real_node import cgroup_dirs, cgroup_members, remove_cgroup, unsupported
@@ -215,8 +216,9 @@ def ensure_tools() -> Path:
         return bin_dir
     say(
         "building the cluster's tools (the Pulumi CLI and its providers, Kubernetes, the "
-        "operators, CoreDNS) into ~/.cache/pytorch-distributed/e2e with scripts/e2e-tools.sh: "
-        "the first time about an hour on 2 cores, a line a minute below; later runs reuse them"
+        "operators, Kueue, CoreDNS) into ~/.cache/pytorch-distributed/e2e with "
+        "scripts/e2e-tools.sh: the first time about an hour on 2 cores, a line a minute below; "
+        "later runs reuse them"
     )
     return build_tools()
 
@@ -402,6 +404,9 @@ def serve(directory: ClusterDir, registry_port: int) -> int:
             ) as node,
             served_docker_api(directory, node.registry.address) as docker_host,
         ):
+            plane.add_kueue()
+            # The queue `job.queue: local` names, in the local stack's namespace.
+            create_node_queue(plane, load_stack_file("local").namespace)
             started = Running(
                 supervisor=os.getpid(),
                 kubeconfig=str(plane.kubeconfig),
@@ -530,10 +535,15 @@ def checks(current: Running) -> list[tuple[str, bool]]:
         except Exception:
             return False
 
+    def queue_active() -> bool:
+        api = config.new_client_from_config(config_file=current.kubeconfig)
+        return node_queue_active(api, load_stack_file("local").namespace)
+
     socket = Path(current.docker_host.removeprefix("unix://"))
     return [
         (f"API server {current.server}", quietly(api_ready)),
         (f"node {NODE_NAME}", quietly(node_ready)),
         (f"registry {current.registry} (user {current.registry_user})", quietly(registry_answers)),
         (f"podman's Docker API {current.docker_host}", quietly(lambda: docker_api.answers(socket))),
+        (f"Kueue, LocalQueue {NODE_QUEUE} (job.queue: {NODE_QUEUE})", quietly(queue_active)),
     ]

@@ -71,7 +71,7 @@ def serving_certificate(directory: Path) -> tuple[Path, Path, bytes]:
     return cert, key, ca_cert.read_bytes()
 
 
-def _install_cert(cert: Path, key: Path, directory: Path) -> None:
+def install_cert(cert: Path, key: Path, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tls.crt").write_bytes(cert.read_bytes())
     (directory / "tls.key").write_bytes(key.read_bytes())
@@ -106,7 +106,7 @@ def webhook_configurations(
     return documents
 
 
-def _established(plane: ControlPlane, names: tuple[str, ...]) -> None:
+def wait_established(plane: ControlPlane, names: tuple[str, ...]) -> None:
     from kubernetes import client
 
     extensions = client.ApiextensionsV1Api(plane.api())
@@ -121,7 +121,7 @@ def _established(plane: ControlPlane, names: tuple[str, ...]) -> None:
     plane._poll(f"the CRDs {', '.join(names)} to be established", ready)
 
 
-def _apply_webhooks(plane: ControlPlane, documents: list[dict[str, Any]]) -> None:
+def apply_webhooks(plane: ControlPlane, documents: list[dict[str, Any]]) -> None:
     from kubernetes import client
 
     admission = client.AdmissionregistrationV1Api(plane.api())
@@ -143,13 +143,13 @@ def start_trainer(plane: ControlPlane) -> None:
         utils.create_from_yaml(api, str(crd))
     for crd in sorted((share / "trainer-crds").glob("*.yaml")):
         utils.create_from_yaml(api, str(crd))
-    _established(plane, (JOBSET_CRD, *TRAINER_CRDS))
+    wait_established(plane, (JOBSET_CRD, *TRAINER_CRDS))
     cert, key, ca = serving_certificate(plane.workdir / "webhook-pki")
 
     # JobSet
     jobset_port, jobset_probe = free_port(), free_port()
     jobset_certs = plane.workdir / "jobset-certs"
-    _install_cert(cert, key, jobset_certs)
+    install_cert(cert, key, jobset_certs)
     jobset_config = plane.workdir / "jobset-config.yaml"
     jobset_config.write_text(
         yaml.safe_dump(
@@ -175,7 +175,7 @@ def start_trainer(plane: ControlPlane) -> None:
     )
     plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{jobset_probe}/readyz"))
     webhooks = share / "jobset-webhooks"
-    _apply_webhooks(
+    apply_webhooks(
         plane,
         webhook_configurations(
             webhooks / "manifests.yaml",
@@ -189,7 +189,7 @@ def start_trainer(plane: ControlPlane) -> None:
     # Trainer
     trainer_port, trainer_probe = free_port(), free_port()
     tmpdir = plane.workdir / "trainer-tmp"
-    _install_cert(cert, key, tmpdir / "k8s-webhook-server" / "serving-certs")
+    install_cert(cert, key, tmpdir / "k8s-webhook-server" / "serving-certs")
     trainer_config = plane.workdir / "trainer-config.yaml"
     trainer_config.write_text(
         yaml.safe_dump(
@@ -211,7 +211,7 @@ def start_trainer(plane: ControlPlane) -> None:
         env={"TMPDIR": str(tmpdir)},
     )
     plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{trainer_probe}/readyz"))
-    _apply_webhooks(
+    apply_webhooks(
         plane,
         webhook_configurations(
             share / "trainer-webhooks" / "manifests.yaml", trainer_port, ca, prefix="trainer"
