@@ -55,7 +55,9 @@ class Replica:
     phase: str  # the pod's phase, or Terminating once it is being deleted
     restarts: int  # container restarts in place (OnFailure); a recreated pod starts at 0
     exit_code: int | None  # the container's last exit, current or before its last restart
-    reason: str  # how that exit came about: Completed, Error, OOMKilled, ...
+    # How that exit came about (Completed, Error, OOMKilled, ...), or why the kubelet refused or
+    # evicted the pod when no container exited (Evicted, OutOfcpu, ...).
+    reason: str
     message: str
     waiting: str  # why the container does not run now: ImagePullBackOff, Unschedulable, ...
     # The container's current state ended (the log of the current container is the one that
@@ -153,6 +155,14 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def pod_refusal(status: Mapping[str, Any]) -> tuple[str, str]:
+    """Why the kubelet refused or evicted a pod, from the pod's own status (its containers never
+    ran, or were killed without an exit of their own): a reason (Evicted, OutOfcpu,
+    NodeAffinity, ...) and a one-line message ("The node had condition: [DiskPressure]."), or
+    two empty strings."""
+    return str(status.get("reason") or ""), " ".join(str(status.get("message") or "").split())
+
+
 def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     named = [status for status in statuses if status.get("name") == container]
@@ -170,7 +180,9 @@ def replica_of(pod: Mapping[str, Any], api: JobApi | None = None) -> Replica:
     last = (container.get("lastState") or {}).get("terminated")
     terminated = state.get("terminated")
     ended = terminated or last or {}
-    message = ended.get("message") or ""
+    reason, message = str(ended.get("reason") or ""), ended.get("message") or ""
+    if not ended:
+        reason, message = pod_refusal(status)
     waiting = state.get("waiting") or {}
     if waiting.get("reason") not in START_FAILURES:
         # The operator's init container (a worker's wait for the master) pulls an image too;
@@ -198,7 +210,7 @@ def replica_of(pod: Mapping[str, Any], api: JobApi | None = None) -> Replica:
         phase="Terminating" if metadata.get("deletionTimestamp") else str(status.get("phase", "")),
         restarts=_int(container.get("restartCount")) or 0,
         exit_code=_int(ended.get("exitCode")),
-        reason=str(ended.get("reason") or ""),
+        reason=reason,
         message=" ".join(str(message).split()),
         waiting=str(waiting.get("reason") or ""),
         exited_now=terminated is not None,
@@ -270,6 +282,8 @@ def replica_line(replica: Replica) -> str:
         if not replica.exited_now:
             ended = "last " + ended
         words.append(ended)
+    elif replica.reason:
+        words.append(replica.reason)
     if replica.restarts:
         words.append(f"{replica.restarts} restart{'s' if replica.restarts != 1 else ''}")
     line = ", ".join(words)

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import yaml
 
 from components.job_apis import api_of_settings
-from components.job_state import START_FAILURES
+from components.job_state import START_FAILURES, pod_refusal
 from components.job_watch import JobWatchError, api_client, api_error_reason, describe_api_error
 from components.manifests import (
     checkpoint_reader_pod_manifest,
@@ -291,7 +291,17 @@ class ReaderPod:
             if pod.status.phase == "Running":
                 return pod.spec.node_name
             if pod.status.phase in ("Failed", "Succeeded"):
-                raise RetrieveError(f"reader pod {self.name} ended ({pod.status.phase})")
+                # An eviction (the node's disk or memory) or a refusal says why on the pod.
+                why = ": ".join(
+                    part
+                    for part in pod_refusal(
+                        {"reason": pod.status.reason, "message": pod.status.message}
+                    )
+                    if part
+                )
+                raise RetrieveError(
+                    f"reader pod {self.name} ended ({pod.status.phase}{': ' + why if why else ''})"
+                )
             for status in pod.status.container_statuses or []:
                 waiting = status.state.waiting if status.state else None
                 if waiting is not None and waiting.reason in START_FAILURES:

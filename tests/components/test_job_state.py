@@ -19,6 +19,7 @@ from components.job_state import (
     job_state,
     progress_line,
     recreated_lines,
+    replica_line,
     replica_of,
     status_table,
 )
@@ -414,3 +415,23 @@ def test_the_peer_lost_exit_code_is_the_trainers() -> None:
 
     assert PEER_LOST_EXIT_CODE == EXIT_PEER_LOST
     assert "lost a peer" in exit_code_meaning(EXIT_PEER_LOST, "Error")
+
+
+def test_a_pod_the_kubelet_evicted_says_why_from_the_pods_own_status() -> None:
+    """An eviction (or an admission refusal) fails the pod with no container exit: the reason
+    and message are the pod's."""
+    evicted = pod("master", 0, "Failed", {})
+    evicted["status"].update(reason="Evicted", message="The node had condition:  [DiskPressure]. ")
+    replica = replica_of(evicted)
+    assert (replica.reason, replica.message) == (
+        "Evicted",
+        "The node had condition: [DiskPressure].",
+    )
+    assert replica.exit_code is None
+    assert replica_line(replica) == (
+        f"pod {JOB}-master-0 (Master): Failed, Evicted; The node had condition: [DiskPressure]."
+    )
+    # A container's own exit keeps saying how it ended.
+    oom = pod("master", 0, "Failed", {"terminated": exited(137, "OOMKilled")})
+    oom["status"]["reason"] = "Evicted"
+    assert replica_of(oom).reason == "OOMKilled"

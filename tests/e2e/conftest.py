@@ -475,6 +475,29 @@ def copy_checkout(work_dir: Path) -> None:
     (work_dir / ".venv").symlink_to(REPO_ROOT / ".venv")
 
 
+# What a program that installs the package needs of the checkout besides the project's files.
+PACKAGE_FILES = ("pyproject.toml", "examples", "provider")
+
+
+@pytest.fixture(scope="module")
+def package_checkout(project: Project) -> Path:
+    """The project's copy with the package's files added (not the repository's own: the CLI
+    makes provider/.venv where it runs the plugin, and the checkout gets none)."""
+    for name in PACKAGE_FILES:
+        source = REPO_ROOT / name
+        target = project.work_dir / name
+        if source.is_dir():
+            shutil.copytree(
+                source,
+                target,
+                ignore=shutil.ignore_patterns(".venv", "__pycache__"),
+                dirs_exist_ok=True,
+            )
+        else:
+            shutil.copy2(source, target)
+    return project.work_dir
+
+
 @pytest.fixture(scope="session")
 def project(
     toolchain: Toolchain, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory

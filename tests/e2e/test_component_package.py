@@ -3,14 +3,13 @@ platform program (examples/platform-program) installs this repository's package 
 install`: pip, from PyPI or its cache), creates the job through its own provider, previews no
 change after, and destroy leaves nothing; the stack-reference pair (examples/stack-references)
 does the same with the cluster stack's kubeconfig, registry and storage class, and the cluster
-stack's secrets stay secret in the training stack's state. Not run where it was written (issue
-36); the YAML program through `pulumi package add` is not here: it needs the YAML language host,
-which `make e2e-tools` does not build yet."""
+stack's secrets stay secret in the training stack's state. The YAML program through `pulumi
+package add` is not here: it needs the YAML language host, which `make e2e-tools` does not build
+yet (issue 36)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import CLI_TIMEOUT_S, Cluster, Project
 from tests.e2e.kube import NamespaceObjects
 from tools.cluster.control_plane import STORAGE_CLASS
-
-# What a program that installs the package needs of the checkout besides the project's files.
-PACKAGE_FILES = ("pyproject.toml", "examples", "provider")
 
 
 def cli(project: Project, directory: Path, *args: str, check: bool = True) -> str:
@@ -42,23 +37,6 @@ def cli(project: Project, directory: Path, *args: str, check: bool = True) -> st
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def checkout(project: Project) -> Path:
-    for name in PACKAGE_FILES:
-        source = REPO_ROOT / name
-        target = project.work_dir / name
-        if source.is_dir():
-            shutil.copytree(
-                source,
-                target,
-                ignore=shutil.ignore_patterns(".venv", "__pycache__"),
-                dirs_exist_ok=True,
-            )
-        else:
-            shutil.copy2(source, target)
-    return project.work_dir
-
-
 def program(project: Project, directory: Path, stack: str) -> Iterator[Path]:
     cli(project, directory, "stack", "select", "--create", stack)
     cli(project, directory, "install")
@@ -68,8 +46,8 @@ def program(project: Project, directory: Path, stack: str) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def platform_program(project: Project, checkout: Path) -> Iterator[Path]:
-    yield from program(project, checkout / "examples" / "platform-program", "dev")
+def platform_program(project: Project, package_checkout: Path) -> Iterator[Path]:
+    yield from program(project, package_checkout / "examples" / "platform-program", "dev")
 
 
 def pytorchjob(cluster: Cluster, namespace: str, name: str) -> Any | None:
@@ -103,9 +81,9 @@ def test_destroying_the_platform_program_leaves_nothing(
 
 
 def test_the_training_stack_reads_the_cluster_stack(
-    project: Project, cluster: Cluster, checkout: Path
+    project: Project, cluster: Cluster, package_checkout: Path
 ) -> None:
-    pair = checkout / "examples" / "stack-references"
+    pair = package_checkout / "examples" / "stack-references"
     clusters = program(project, pair / "cluster", "dev")
     cluster_dir = next(clusters)
     kubeconfig = Path(project.variables["KUBECONFIG"]).read_text(encoding="utf-8")

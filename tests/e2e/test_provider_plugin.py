@@ -1,17 +1,18 @@
 """provider/: the plugin directory `pulumi package add` and `pulumi package get-schema` run. The
-CLI runs provider/__main__.py in its own virtualenv (provider/.venv, with this repository's
-package installed from the directory above) and the schema lists TrainingEnvironment with its
-typed arguments and the stack outputs.
+CLI runs provider/__main__.py in its own virtualenv (provider/.venv, with the package installed
+from the directory above; in the project's copy, so the checkout gets none) and the schema lists
+TrainingEnvironment with its typed arguments and the stack outputs.
 
 It runs the real CLI, with the providers the package's dependencies name, so it is a real-engine
 test: `make e2e` runs it with the tools `make e2e-tools` builds (under `make test`, where those
-may not be built yet, it was skipped on every cold machine). The first run creates
-provider/.venv from PyPI."""
+may not be built yet, it was skipped on every cold machine). Each run creates provider/.venv
+from PyPI (pip's cache)."""
 
 from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 from pydantic.alias_generators import to_camel
@@ -25,10 +26,11 @@ PACKAGE_TOKEN = "pytorch-distributed:index:TrainingEnvironment"
 
 
 @pytest.fixture(scope="module")
-def schema(project: Project) -> dict:
+def schema(project: Project, package_checkout: Path) -> dict:
     """As a user's shell runs it: the README's variables, the CLI on PATH, the providers the
-    project fixture installed from the files `make e2e-tools` built."""
-    done = project.run(["pulumi", "package", "get-schema", str(REPO_ROOT / "provider")])
+    project fixture installed from the files `make e2e-tools` built; in the project's copy, where
+    the CLI leaves provider/.venv."""
+    done = project.run(["pulumi", "package", "get-schema", str(package_checkout / "provider")])
     return json.loads(done.stdout)
 
 

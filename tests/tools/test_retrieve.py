@@ -594,3 +594,30 @@ def test_a_tar_whose_tail_arrives_with_the_close_is_read_whole(tmp_path: Path) -
     with tarfile.open(fileobj=io.BufferedReader(_ExecStdout(ws)), mode="r|") as reading:
         extract_data(reading, out)
     assert (out / "checkpoint.pt").read_bytes() == (source / "checkpoint.pt").read_bytes()
+
+
+class OnePod:
+    """The API's answer about the reader pod: always the same pod."""
+
+    def __init__(self, status: Any) -> None:
+        self.pod = SimpleNamespace(status=status, spec=SimpleNamespace(node_name="real-node"))
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+        return self.pod
+
+
+def test_a_reader_pod_the_node_evicted_says_why() -> None:
+    status = SimpleNamespace(
+        phase="Failed",
+        reason="Evicted",
+        message="The node had condition: [DiskPressure]. ",
+        container_statuses=None,
+    )
+    cluster = SimpleNamespace(core=OnePod(status), namespace="default")
+    reader = Reader(image=IMAGE, pull_secret=None, node=None, trainer_image=True)
+    pod = ReaderPod(cluster, SETTINGS, reader)  # type: ignore[arg-type]
+    with pytest.raises(RetrieveError) as raised:
+        pod._wait_running()
+    assert str(raised.value) == (
+        f"reader pod {pod.name} ended (Failed: Evicted: The node had condition: [DiskPressure].)"
+    )
