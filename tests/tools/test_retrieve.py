@@ -217,10 +217,15 @@ class RefusingCore:
         raise error
 
 
-def test_a_reader_pod_the_namespace_refuses_is_one_line_with_the_api_servers_reason() -> None:
-    cluster = SimpleNamespace(core=RefusingCore(), namespace="team")
+def reader_pod(core: Any, namespace: str = "default") -> ReaderPod:
+    """The stack's reader pod (the job's image, any node) on a cluster whose API is `core`."""
+    cluster = SimpleNamespace(core=core, namespace=namespace)
     reader = Reader(image=IMAGE, pull_secret=None, node=None, trainer_image=True)
-    pod = ReaderPod(cluster, SETTINGS, reader)  # type: ignore[arg-type]
+    return ReaderPod(cluster, SETTINGS, reader)  # type: ignore[arg-type]
+
+
+def test_a_reader_pod_the_namespace_refuses_is_one_line_with_the_api_servers_reason() -> None:
+    pod = reader_pod(RefusingCore(), "team")
     with pytest.raises(RetrieveError) as raised:
         pod.__enter__()
     assert str(raised.value) == (
@@ -613,9 +618,7 @@ def test_a_reader_pod_the_node_evicted_says_why() -> None:
         message="The node had condition: [DiskPressure]. ",
         container_statuses=None,
     )
-    cluster = SimpleNamespace(core=OnePod(status), namespace="default")
-    reader = Reader(image=IMAGE, pull_secret=None, node=None, trainer_image=True)
-    pod = ReaderPod(cluster, SETTINGS, reader)  # type: ignore[arg-type]
+    pod = reader_pod(OnePod(status))
     with pytest.raises(RetrieveError) as raised:
         pod._wait_running()
     assert str(raised.value) == (
