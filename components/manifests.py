@@ -70,6 +70,9 @@ RUNAI_PROJECT_LABEL = "project"
 RUNAI_QUEUE_LABEL = "runai/queue"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# The labels Kueue admits a job by, which its webhook then refuses to change ("field is
+# immutable"): a job whose queue or priority class changes is submitted again.
+KUEUE_ADMISSION_LABELS = (KUEUE_QUEUE_LABEL, KUEUE_PRIORITY_LABEL)
 # Policies cannot see the `retain_on_delete` resource option, so the claim also says it in an
 # annotation that the policy pack checks; both come from `checkpoints.retainOnDestroy`.
 RETAIN_ANNOTATION = "pytorch-distributed/retain-on-destroy"

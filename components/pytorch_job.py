@@ -4,7 +4,8 @@ Why replacement: the training operator never re-runs a finished job and never re
 pods when the template changes, so an in-place update would silently do nothing. Any change under
 `spec` (image digest, replicas, arguments, resources) therefore deletes the old job and creates a
 new one (`delete_before_replace`, since the name is fixed). Checkpoints live on the claim, so the
-new job resumes from the last one.
+new job resumes from the last one. A change of `job.queue` or `job.priorityClass` replaces it too:
+Kueue's webhook refuses to change the labels a job was admitted by.
 
 Before the job is created, a hook asks the API server whether the namespace admits its pods
 (components/pod_admission.py: a namespace that enforces Pod Security "restricted" refuses a
@@ -23,10 +24,14 @@ import pulumi_kubernetes as k8s
 
 from components.job_apis import api_of_kind
 from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
+from components.manifests import KUEUE_ADMISSION_LABELS
 from components.pod_admission import PodAdmission, PodAdmissionHook
 from components.previous_run import PreviousRun, PreviousRunHook
 from components.settings import JobSettings
 from components.stack_objects import StackObjects
+
+# What replaces the job instead of updating it: its spec, and the labels Kueue admitted it by.
+REPLACE_ON_CHANGES = ("spec", *(f'metadata.labels["{label}"]' for label in KUEUE_ADMISSION_LABELS))
 
 
 def watched_job(
@@ -86,7 +91,7 @@ def watched_job(
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=list(depends_on),
-            replace_on_changes=["spec"],
+            replace_on_changes=list(REPLACE_ON_CHANGES),
             delete_before_replace=True,
             hooks=hooks,
         ),
