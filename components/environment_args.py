@@ -188,9 +188,9 @@ class JobArgs(TypedDict, total=False):
     gpu_resource: pulumi.Input[str]
     """the resource each pod asks `job.gpusPerNode` of (a MIG slice, another vendor's GPU); the policy pack compares it with the processes per node (default: `nvidia.com/gpu`; allowed: a device plugin's resource name, <vendor domain>/<name>, such as nvidia.com/gpu, nvidia.com/mig-1g.10gb or amd.com/gpu)"""
     queue: pulumi.Input[str]
-    """the Kueue LocalQueue (in the job's namespace) the job is submitted to (label `kueue.x-k8s.io/queue-name`): Kueue starts the job once its ClusterQueue has quota for every pod at once, and suspends it to preempt it (the pods checkpoint on SIGTERM) (default: unset; allowed: a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"""
+    """the Kueue LocalQueue (in the job's namespace) the job is submitted to (label `kueue.x-k8s.io/queue-name`): Kueue starts the job once its ClusterQueue has quota for every pod at once, and suspends it to preempt it (the pods checkpoint on SIGTERM); a change replaces the job (Kueue keeps the queue it admitted a job by) (default: unset; allowed: a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"""
     priority_class: pulumi.Input[str]
-    """the Kueue WorkloadPriorityClass of the job (label `kueue.x-k8s.io/priority-class`): which queued job Kueue admits first, and which running ones it may preempt for it; needs `job.queue` (default: unset; allowed: a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"""
+    """the Kueue WorkloadPriorityClass of the job (label `kueue.x-k8s.io/priority-class`): which queued job Kueue admits first, and which running ones it may preempt for it; needs `job.queue`; a change replaces the job (default: unset; allowed: a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"""
 
 
 class TrainingEnvironmentArgs(TypedDict, total=False):

@@ -524,11 +524,12 @@ class JobSettings(_Settings):
     queue: DnsLabel | None = None
     """the Kueue LocalQueue (in the job's namespace) the job is submitted to (label
     `kueue.x-k8s.io/queue-name`): Kueue starts the job once its ClusterQueue has quota for every
-    pod at once, and suspends it to preempt it (the pods checkpoint on SIGTERM)"""
+    pod at once, and suspends it to preempt it (the pods checkpoint on SIGTERM); a change
+    replaces the job (Kueue keeps the queue it admitted a job by)"""
     priority_class: DnsLabel | None = None
     """the Kueue WorkloadPriorityClass of the job (label `kueue.x-k8s.io/priority-class`): which
     queued job Kueue admits first, and which running ones it may preempt for it; needs
-    `job.queue`"""
+    `job.queue`; a change replaces the job"""
 
     @model_validator(mode="before")
     @classmethod

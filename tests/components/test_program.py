@@ -241,7 +241,12 @@ def test_prod_job(prod: ProgramResult) -> None:
 def test_job_is_replaced_not_patched(stack: str, dev: ProgramResult, prod: ProgramResult) -> None:
     result = {"dev": dev, "prod": prod}[stack]
     job = result.one(JOB)
-    assert job.replace_on_changes == ["spec"]
+    # The spec, and the labels Kueue admitted the job by (its webhook refuses to change them).
+    assert job.replace_on_changes == [
+        "spec",
+        'metadata.labels["kueue.x-k8s.io/queue-name"]',
+        'metadata.labels["kueue.x-k8s.io/priority-class"]',
+    ]
     assert job.delete_before_replace is True
     assert result.one(PVC).urn in job.dependencies
     assert result.one(IMAGE).urn in job.dependencies

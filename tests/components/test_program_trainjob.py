@@ -34,7 +34,12 @@ def test_the_trainjob_and_its_runtime_are_children_of_the_trainjob_component(
 
 def test_a_spec_change_replaces_the_trainjob_deleting_it_first(trainjob: ProgramResult) -> None:
     job = trainjob.one(TRAINJOB)
-    assert job.replace_on_changes == ["spec"]
+    # The spec, and the labels Kueue admitted the job by (its webhook refuses to change them).
+    assert job.replace_on_changes == [
+        "spec",
+        'metadata.labels["kueue.x-k8s.io/queue-name"]',
+        'metadata.labels["kueue.x-k8s.io/priority-class"]',
+    ]
     assert job.delete_before_replace
     # A new runtime comes with a new name: created before the old one goes.
     assert not trainjob.one(RUNTIME).delete_before_replace

@@ -5,7 +5,8 @@ a. two stacks (tests/e2e/Pulumi.e2e-queue-a.yaml, -b) whose LocalQueue's Cluster
    for one job: the second is queued (its `up` with `waitFor: running` says where and why, and
    `make status` too) and starts when the first finishes;
 c. a TrainJob (Pulumi.e2e-queue-tj.yaml) through the same queue: admitted, and its pods run;
-d. a stack naming a LocalQueue that does not exist: `up` fails in seconds with one line naming it.
+d. a job moved to a LocalQueue that does not exist: it is replaced, and `up` fails in seconds with
+   one line naming the queue.
 
 The tests run in file order; each stack is destroyed at the end of the module.
 """
@@ -186,8 +187,8 @@ def test_the_second_job_is_queued_until_the_first_finishes(
     )
     assert is_true(kube.workload(kube.job(name="ddp-queue-b")), "Admitted")
     first.destroy()
+    # The second job ends and stays: scenario d moves it to another queue.
     kube.end_pods(pytorchjob_selector("ddp-queue-b"), 0)
-    second.destroy()
 
 
 # -- c. a TrainJob through the same queue ------------------------------------------------------
@@ -223,7 +224,12 @@ def test_a_trainjob_is_admitted_through_the_same_queue_and_runs(
 def test_a_local_queue_that_does_not_exist_fails_up_in_seconds_with_one_line(
     stacks: dict[str, Stack], kube: Kube
 ) -> None:
+    """On the second job of scenario a, which Kueue admitted from team-a: its queue changes,
+    so it is replaced (Kueue's webhook refuses to change the label it admitted a job by), and
+    the new one cannot be admitted."""
     stack = stacks["b"]
+    admitted = kube.job(name="ddp-queue-b")
+    assert admitted is not None, "scenario a's second job is gone"
     stack.config_set("job.queue", "no-such-queue")
     began = time.monotonic()
     result = stack.up(check=False)
@@ -236,4 +242,6 @@ def test_a_local_queue_that_does_not_exist_fails_up_in_seconds_with_one_line(
     assert "Traceback" not in result.output
     assert took < FAIL_FAST_SECONDS, f"up took {took:.0f}s"
     job = kube.job(name="ddp-queue-b")
+    assert job["metadata"]["uid"] != admitted["metadata"]["uid"], "updated, not replaced"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "no-such-queue"
     assert job["spec"]["runPolicy"]["suspend"] is True
