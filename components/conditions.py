@@ -1,5 +1,5 @@
-"""A Kubernetes object's status condition, read once: the job's (components/job_state.py) and
-its Kueue Workload's (components/queue_state.py) are the same shape."""
+"""A Kubernetes object's status condition, read once: the job's (components/job_state.py), its
+Kueue Workload's (components/queue_state.py) and a LocalQueue's are the same shape."""
 
 from __future__ import annotations
 
@@ -29,3 +29,15 @@ def condition_of(raw: Mapping[str, Any]) -> Condition:
         message=" ".join(str(raw.get("message") or "").split()),
         since=str(raw.get("lastTransitionTime") or raw.get("lastUpdateTime") or ""),
     )
+
+
+def conditions_by_type(obj: Mapping[str, Any] | None) -> dict[str, Condition]:
+    """An object's conditions (`status.conditions`), by type; none for no object yet."""
+    items = ((obj or {}).get("status") or {}).get("conditions") or []
+    return {condition.type: condition for condition in map(condition_of, items)}
+
+
+def is_true(obj: Mapping[str, Any] | None, condition_type: str) -> bool:
+    """Whether the object has the condition, true."""
+    condition = conditions_by_type(obj).get(condition_type)
+    return condition is not None and condition.true

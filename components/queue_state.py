@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.conditions import Condition, condition_of
+from components.conditions import Condition, conditions_by_type
 from components.manifests import KUEUE_QUEUE_LABEL
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -92,11 +92,6 @@ class QueueState:
         return None
 
 
-def _conditions(workload: Mapping[str, Any]) -> dict[str, Condition]:
-    items = (workload.get("status") or {}).get("conditions") or []
-    return {condition.type: condition for condition in map(condition_of, items)}
-
-
 def _true(conditions: Mapping[str, Condition], kind: str) -> bool:
     condition = conditions.get(kind)
     return condition is not None and condition.true
@@ -145,7 +140,7 @@ def queue_state(
             cluster_queue=cluster,
             local_queue_exists=local_queue_exists,
         )
-    conditions = _conditions(workload)
+    conditions = conditions_by_type(workload)
     admission = (workload.get("status") or {}).get("admission") or {}
     cluster = str(admission.get("clusterQueue") or cluster)
     reserved = conditions.get("QuotaReserved")

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from components.conditions import conditions_by_type, is_true
 from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.job_apis.trainjob import API as TRAINJOB_API
 from components.queue_state import (
@@ -124,18 +125,6 @@ def kube(cluster: Cluster) -> Kube:
     return Kube(cluster)
 
 
-def condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    for item in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if item["type"] == kind:
-            return item
-    return None
-
-
-def is_true(workload: dict[str, Any] | None, kind: str) -> bool:
-    found = condition(workload, kind)
-    return found is not None and found["status"] == "True"
-
-
 def pytorchjob_selector(name: str) -> str:
     return PYTORCHJOB.pod_selector(name)
 
@@ -156,7 +145,7 @@ def test_the_second_job_is_queued_until_the_first_finishes(
 
     up = Up(second)
     wait_until(
-        lambda: condition(kube.workload(kube.job(name="ddp-queue-b")), "QuotaReserved") is not None,
+        lambda: "QuotaReserved" in conditions_by_type(kube.workload(kube.job(name="ddp-queue-b"))),
         "Kueue to consider the second job",
         STEP_TIMEOUT,
     )

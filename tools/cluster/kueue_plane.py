@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from components.conditions import is_true
 from components.queue_state import KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUE_PLURAL
 from tools.cluster.processes import http_ok
 from tools.cluster.trainer_plane import (
@@ -266,5 +267,4 @@ def node_queue_active(api: Any, namespace: str) -> bool:
     queue = client.CustomObjectsApi(api).get_namespaced_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, namespace, LOCAL_QUEUE_PLURAL, NODE_QUEUE
     )
-    conditions = (queue.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+    return is_true(queue, "Active")
