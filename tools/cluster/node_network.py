@@ -7,14 +7,16 @@ outside 127.0.0.0/8 appearing in this machine's namespace:
 
 - `relay`: the node's processes reach loopback services of this machine (the API server, the
   registry) at the same 127.0.0.1:PORT inside their namespace. Each port listens on the node's
-  loopback and is connected to this machine's.
+  loopback and is connected to this machine's. A `--node-port` listens on the node's address
+  instead (NODE_IP:PORT, on its bridge), where the node's pods reach a loopback service of this
+  machine (the suite's S3 server) from their own namespaces.
 - `egress-proxy`: the API server reaches the node (the kubelet's logs and exec, pods) through its
   egress selector: an HTTP CONNECT proxy on a unix socket that dials the node's addresses inside
   the node's namespace and loopback addresses here, and refuses every other address. The API
   server therefore never dials anything itself, with or without a real node.
 - `entered_netns`: a short block of this process runs in the node's namespace (readiness checks).
 
-    python -m tools.cluster.node_network relay --netns PATH --port 6443 [--port 5000 ...]
+    python -m tools.cluster.node_network relay --netns PATH --port 6443 [--node-port 9000 ...]
     python -m tools.cluster.node_network egress-proxy --socket PATH --netns PATH --node-network CIDR
 """
 
@@ -151,18 +153,19 @@ async def _splice(
             writer.close()
 
 
-def _listener_in(netns: Path, port: int) -> socket.socket:
+def _listener_in(netns: Path, port: int, address: str = "127.0.0.1") -> socket.socket:
     with entered_netns(netns):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    sock.bind((address, port))
     sock.listen(128)
     sock.setblocking(False)
     return sock
 
 
-async def relay(netns: Path, ports: Sequence[int]) -> None:
-    """127.0.0.1:PORT in `netns` forwards to 127.0.0.1:PORT here, for each port."""
+async def relay(netns: Path, ports: Sequence[int], node_ports: Sequence[int] = ()) -> None:
+    """127.0.0.1:PORT in `netns` forwards to 127.0.0.1:PORT here, for each of `ports`; NODE_IP:PORT
+    does, for each of `node_ports`."""
 
     def forwarder(
         port: int,
@@ -177,11 +180,14 @@ async def relay(netns: Path, ports: Sequence[int]) -> None:
 
         return forward
 
+    listeners = [(port, "127.0.0.1") for port in ports]
+    listeners += [(port, str(NODE_IP)) for port in node_ports]
     servers = [
-        await asyncio.start_server(forwarder(port), sock=_listener_in(netns, port))
-        for port in ports
+        await asyncio.start_server(forwarder(port), sock=_listener_in(netns, port, address))
+        for port, address in listeners
     ]
-    print(f"relaying 127.0.0.1 ports {', '.join(map(str, ports))} into {netns}", flush=True)
+    shown = ", ".join(f"{address}:{port}" for port, address in listeners)
+    print(f"relaying {shown} in {netns} to 127.0.0.1 here", flush=True)
     await asyncio.gather(*(server.serve_forever() for server in servers))
 
 
@@ -257,7 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     relay_args = commands.add_parser("relay", help="node loopback ports to this machine's")
     relay_args.add_argument("--netns", type=Path, required=True, help="the node's namespace file")
-    relay_args.add_argument("--port", type=int, action="append", required=True)
+    relay_args.add_argument("--port", type=int, action="append", default=[])
+    relay_args.add_argument(
+        "--node-port", type=int, action="append", default=[], help="listen on NODE_IP:PORT"
+    )
     proxy_args = commands.add_parser("egress-proxy", help="the API server's way to the node")
     proxy_args.add_argument("--socket", type=Path, required=True, help="unix socket to serve")
     proxy_args.add_argument("--netns", type=Path, required=True, help="the node's namespace file")
@@ -265,7 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.command == "relay":
-        work = relay(args.netns, args.port)
+        if not args.port and not args.node_port:
+            parser.error("relay: at least one --port or --node-port")
+        work = relay(args.netns, args.port, args.node_port)
     else:
         work = EgressProxy(args.netns, args.node_network).serve(args.socket)
     with contextlib.suppress(KeyboardInterrupt):

@@ -287,6 +287,21 @@ class RealNode:
         )
         wait_for(process, "its listeners", lambda: "relaying" in process.tail())
 
+    def expose_to_pods(self, port: int) -> str:
+        """This machine's loopback service on `port` (the suite's S3 server), reachable from the
+        node's pods at the node's address: its URL there. Stopped with the node."""
+        process = self._start(
+            f"pod-relay-{port}",
+            [
+                *(sys.executable, "-m", "tools.cluster.node_network", "relay"),
+                f"--netns={self.namespaces.net}",
+                f"--node-port={port}",
+            ],
+            env={"PYTHONPATH": str(REPO_ROOT)},
+        )
+        wait_for(process, "its listener", lambda: "relaying" in process.tail())
+        return f"http://{NODE_IP}:{port}"
+
     @property
     def _containerd_dir(self) -> Path:
         return self.directory / "containerd"

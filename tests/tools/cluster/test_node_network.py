@@ -150,14 +150,17 @@ def test_the_relay_and_the_proxy_cross_into_and_out_of_the_node(
 ) -> None:
     async def scenario() -> tuple[bytes, str, bytes]:
         async with echo_server() as host_port:
-            relaying = asyncio.create_task(relay(namespaces.net, [host_port]))
+            relaying = asyncio.create_task(relay(namespaces.net, [host_port], [host_port]))
             await asyncio.sleep(0.2)
-            # From the node: its own 127.0.0.1:PORT reaches this machine's.
-            with entered_netns(namespaces.net):
-                inside = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            inside.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(inside, ("127.0.0.1", host_port))
-            relayed = await round_trip(*await asyncio.open_connection(sock=inside))
+            # From the node: its own 127.0.0.1:PORT reaches this machine's; so does its address
+            # (NODE_IP:PORT, a `--node-port`), which its pods reach from their namespaces.
+            relayed = b""
+            for address in ("127.0.0.1", str(NODE_IP)):
+                with entered_netns(namespaces.net):
+                    inside = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                inside.setblocking(False)
+                await asyncio.get_running_loop().sock_connect(inside, (address, host_port))
+                relayed += await round_trip(*await asyncio.open_connection(sock=inside))
             relaying.cancel()
         # To the node: the proxy reaches a server on the node's address, inside its namespace.
         with entered_netns(namespaces.net):
@@ -171,5 +174,5 @@ def test_the_relay_and_the_proxy_cross_into_and_out_of_the_node(
         return relayed, status, proxied
 
     relayed, status, proxied = asyncio.run(scenario())
-    assert relayed == b"ping"
+    assert relayed == b"pingping"
     assert (status, proxied) == ("HTTP/1.1 200 Connection established", b"ping")
