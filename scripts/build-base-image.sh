@@ -8,7 +8,8 @@
 #   scripts/build-base-image.sh --print-if-built   # its name if podman has it, else exit 1
 #
 # The image is a debootstrap'd minimal bookworm with python3 and a virtual environment in
-# /opt/venv (on PATH, so `torchrun` is there as in the NGC image) holding torch and numpy.
+# /opt/venv (on PATH, so `torchrun` is there as in the NGC image) holding torch and numpy, and
+# boto3, which trainer/Dockerfile installs (so its pip finds it there and needs no network).
 # The PyPI torch for Linux is a CUDA build: it cannot import without its nvidia-* wheels (about
 # 2.7 GB installed), so they are in, and the image is about 4 GB like the NGC one. The script
 # checks `import torch` and a gloo all-reduce inside the image before tagging it. Run it as root
@@ -25,9 +26,9 @@ cd "$repo_root"
 python=${PYTHON:-.venv/bin/python}
 suite=${DEBIAN_SUITE:-bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-pins=$(grep -E '^(torch|numpy)==' requirements-dev.txt | sort)
-[[ $(wc -l <<<"$pins") -eq 2 ]] || {
-  echo "build-base-image.sh: requirements-dev.txt must pin torch== and numpy==" >&2
+pins=$(grep -E '^(torch|numpy|boto3)==' requirements-dev.txt | sort)
+[[ $(wc -l <<<"$pins") -eq 3 ]] || {
+  echo "build-base-image.sh: requirements-dev.txt must pin torch==, numpy== and boto3==" >&2
   exit 2
 }
 inputs_hash=$(printf '%s\n' "$(cat "${BASH_SOURCE[0]}")" "$suite" "$pins" | sha256sum | cut -c1-16)
@@ -78,7 +79,7 @@ debootstrap --variant=minbase --include=python3,python3-venv "$suite" "$rootfs" 
 
 echo "base image: wheels for $(tr '\n' ' ' <<<"$pins")" >&2
 mkdir -p "$wheels"
-# torch with every dependency, CUDA runtime wheels included: the PyPI torch for Linux links
+# torch and boto3 with every dependency, CUDA runtime wheels included: the PyPI torch for Linux links
 # libtorch_cuda.so (and through it cudart, cuBLAS, cuDNN, NCCL, ...) into torch._C, so it does
 # not import without them, not even on the CPU.
 # shellcheck disable=SC2086 # one pin per word

@@ -13,11 +13,15 @@ import pytest
 
 if TYPE_CHECKING:
     from tests.pulumi_harness import ProgramResult
+    from tools.s3_server import S3Endpoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Fixtures that start real processes (the shared 2-rank reference run, the supervisor over
 # stand-in replicas): every test that uses one is `slow`.
 PROCESS_FIXTURES = frozenset({"reference_run", "make_job"})
+# Each pytest-xdist worker gets one S3 server (a JVM, about a second to start and 100 MB) and
+# each test a bucket of its own in it.
+_BUCKETS = iter(range(1, 1 << 30))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects, so `-m "not slow"` sees the mark
@@ -85,3 +89,29 @@ def pulumi_program() -> Callable[..., ProgramResult]:
     from tests.pulumi_harness import run_program
 
     return run_program
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """A real S3-compatible server (tools/s3_server.py: S3Proxy) on loopback for this worker."""
+    from tools.s3_server import running_server
+
+    directory = tmp_path_factory.mktemp("s3")
+    with running_server(directory / "data", log=directory / "s3proxy.log") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh bucket on the worker's server, with this process's environment pointing boto3 at
+    it (as a pod's is); its name."""
+    from trainer.storage import open_storage
+    from trainer.storage import s3 as s3_backend
+
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    s3_backend.forget_clients()  # a client made before the test knew another endpoint
+    bucket = f"test-{next(_BUCKETS)}"
+    open_storage(f"s3://{bucket}").create_bucket()
+    yield bucket
+    s3_backend.forget_clients()

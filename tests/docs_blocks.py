@@ -129,6 +129,15 @@ def versions() -> str:
         [f"`{variable}`", version, "`scripts/e2e-tools.sh`"]
         for variable, version in re.findall(r"^([A-Z_]+_VERSION)=(\S+)$", tools, re.M)
     ]
+    from tools import s3_server
+
+    rows.append(
+        [
+            "`S3PROXY_VERSION` (the tests' S3 server)",
+            s3_server.S3PROXY_VERSION,
+            "`tools/s3_server.py`",
+        ]
+    )
     kind = (REPO_ROOT / "scripts" / "kind-up.sh").read_text()
     operator_ref = re.search(r"\$\{OPERATOR_REF:-([^}]+)\}", kind)
     assert operator_ref is not None, "scripts/kind-up.sh lost its OPERATOR_REF default"

@@ -39,6 +39,7 @@ import io
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import sys
 import tarfile
@@ -535,6 +536,59 @@ def copy_run(
         where = copies.storage.location_of(entry.file)
         say(f"{where}: epoch {entry.epochs_completed}, sha256 {entry.sha256} verified")
         copied.append(out / entry.file)
+    return Copied(copied, verified=True)
+
+
+def copy_from_storage(
+    root: str,
+    out: Path,
+    *,
+    epoch: int | None = None,
+    every: bool = False,
+    say: Any = print,
+) -> Copied:
+    """Copy the selected checkpoints, manifest and metrics of a run kept in object storage
+    (``checkpoints.storage: s3``) to `out`, straight from this machine through the trainer's own
+    storage backend (no pod: the bucket answers here, with this machine's credentials), each
+    checkpoint verified against the manifest as `copy_run` does."""
+    from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore, describe
+    from trainer.metrics import METRICS_NAME
+    from trainer.storage import open_storage
+
+    storage = open_storage(root)
+    try:
+        problem = storage.unusable()
+        if problem is not None:
+            raise RetrieveError(f"{root} {problem}", 2)
+        if not storage.exists(MANIFEST_NAME):
+            raise RetrieveError(f"no committed checkpoint in {root} yet (no {MANIFEST_NAME})")
+        described = describe(storage)
+        say(
+            f"{root}: newest verified checkpoint {described['path']} (epoch "
+            f"{described['epochs_completed']}, step {described['step_in_epoch']})"
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        for name in (MANIFEST_NAME, METRICS_NAME):
+            if storage.exists(name):
+                (out / name).write_bytes(storage.read_bytes(name))
+        copies = CheckpointStore(out)
+        chosen = select_entries(copies.manifest(), epoch=epoch, every=every)
+        copied = []
+        for entry in chosen:
+            with storage.local_file(entry.file) as downloaded:
+                copy = out / entry.file
+                with downloaded.open("rb") as source, copy.open("wb") as target:
+                    shutil.copyfileobj(source, target, 16 << 20)
+            copies.verify(entry)
+            say(
+                f"{storage.location_of(entry.file)}: epoch {entry.epochs_completed}, sha256 "
+                f"{entry.sha256} verified"
+            )
+            copied.append(out / entry.file)
+    except CheckpointError as error:
+        raise RetrieveError(str(error)) from None
+    except OSError as error:
+        raise RetrieveError(f"{root}: {error}", 2) from None
     return Copied(copied, verified=True)
 
 

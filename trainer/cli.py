@@ -103,13 +103,27 @@ def _parallelism(text: str) -> str:
 
 
 def _checkpoint_dir(text: str) -> str:
+    """The root's spelling; whether it can be used is asked once every flag is known
+    (``--create-bucket`` changes the answer for a bucket that does not exist yet)."""
     try:
-        problem = open_storage(text).unusable()
-    except OSError as error:  # an unknown scheme, a storage that cannot be asked
+        open_storage(text)
+    except OSError as error:  # an unknown scheme, a malformed URL
         raise argparse.ArgumentTypeError(str(error)) from None
-    if problem is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
     return text
+
+
+def _refuse_unusable_root(root: str, create_bucket: bool) -> None:
+    """The checkpoint root named on the command line can take a run's objects (nothing is
+    created here: a bucket that ``--create-bucket`` will make is fine as it is)."""
+    storage = open_storage(root)
+    try:
+        problem = storage.unusable()
+        if problem is not None and create_bucket and storage.lacks_bucket():
+            problem = None
+    except OSError as error:  # a storage that cannot be asked
+        problem = f"cannot be reached: {error}"
+    if problem is not None:
+        raise UsageError(f"argument --checkpoint-dir: {root!r} {problem}", "checkpoint_dir")
 
 
 def _init_source(text: str) -> str:
@@ -193,6 +207,15 @@ class TrainConfig:
             "the run's root for checkpoints and metrics: a shared directory, or the URL of "
             "another storage backend (default: %(default)s)",
             type=_checkpoint_dir,
+        ),
+    )
+    create_bucket: bool = field(
+        default=False,
+        metadata=_cli(
+            "object storage: create the bucket --checkpoint-dir is in when it does not exist "
+            "(default: a missing bucket is refused, so a mistyped name never starts a run "
+            "nobody finds)",
+            action="store_true",
         ),
     )
     seed: int = field(
@@ -339,6 +362,8 @@ def build_parser() -> _Parser:
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     """The validated config; raises :class:`UsageError` (``--help`` still prints and exits)."""
     args = build_parser().parse_config_args(argv)
+    if args.checkpoint_dir is not None:  # named: the trainer's own default is not asked
+        _refuse_unusable_root(args.checkpoint_dir, args.create_bucket)
     for spec in fields(TrainConfig):
         if getattr(args, spec.name) is None and isinstance(spec.default, str):
             setattr(args, spec.name, spec.default)
@@ -347,6 +372,12 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
             "--init-optimizer needs --init-from PATH (the run to take it from)", "init_optimizer"
         )
     own = open_storage(args.checkpoint_dir)
+    if args.create_bucket and own.local_directory() is not None:
+        raise UsageError(
+            f"argument --create-bucket: --checkpoint-dir {args.checkpoint_dir!r} is a directory, "
+            "not in a bucket; the flag is for object-storage roots (s3://BUCKET/PREFIX)",
+            "create_bucket",
+        )
     if args.parallelism == "fsdp" and own.local_directory() is None:
         raise UsageError(
             f"argument --parallelism: fsdp writes sharded checkpoints to a filesystem, and "

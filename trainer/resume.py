@@ -162,6 +162,8 @@ def choose_resume_point(
     """Rank 0's decision (creates the root, sets aside corrupt checkpoints)."""
     directory = config.checkpoint_dir
     store = CheckpointStore(directory, config.keep)
+    if config.create_bucket:
+        store.storage.create_bucket()
     store.storage.create()
     store.remove_partial_writes()
     found = store.find_resumable()
@@ -286,6 +288,8 @@ def preflight(config: TrainConfig, world_size: int) -> None:
     try:
         store = CheckpointStore(directory)
         problem = store.storage.unusable()
+        if problem is not None and config.create_bucket and store.storage.lacks_bucket():
+            problem = None  # the trainer makes it first
         if problem is not None:
             raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
         entries = store.manifest()

@@ -624,3 +624,63 @@ def test_a_reader_pod_the_node_evicted_says_why() -> None:
     assert str(raised.value) == (
         f"reader pod {pod.name} ended (Failed: Evicted: The node had condition: [DiskPressure].)"
     )
+
+
+# -- a run kept in object storage (checkpoints.storage: s3): copied from this machine -------------
+
+
+def _run_in_bucket(bucket: str) -> str:
+    from tests.trainer.conftest import fake_state
+    from trainer.checkpoint import CheckpointStore
+
+    root = f"s3://{bucket}/runs/ddp"
+    store = CheckpointStore(root)
+    for epochs in (1, 2, 3):
+        store.commit(fake_state(float(epochs), epochs), epochs, 0)
+    store.storage.append_line("metrics.jsonl", '{"epoch": 3, "loss": 0.5}')
+    return root
+
+
+def test_a_bucket_run_is_copied_and_verified_from_this_machine(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    from tools.retrieve import copy_from_storage
+
+    root = _run_in_bucket(s3_bucket)
+    said: list[str] = []
+    copied = copy_from_storage(root, tmp_path / "out", say=said.append)
+    assert copied.verified
+    assert copied.paths == [tmp_path / "out" / "checkpoint-e000003-s000000.pt"]
+    assert (tmp_path / "out" / "manifest.json").is_file()
+    assert (tmp_path / "out" / "metrics.jsonl").read_text() == '{"epoch": 3, "loss": 0.5}\n'
+    assert said[0].startswith(f"{root}: newest verified checkpoint {root}/")
+    assert said[-1].endswith("verified") and "epoch 3" in said[-1]
+
+    older = copy_from_storage(root, tmp_path / "two", epoch=2, say=said.append)
+    assert len(older.paths) == 1 and older.paths[0].is_file()
+    every = copy_from_storage(root, tmp_path / "all", every=True, say=said.append)
+    assert len(every.paths) == 2  # what the trainer's retention (--keep 2) left
+
+
+def test_a_damaged_object_in_the_bucket_is_refused_by_its_sha256(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    from tools.retrieve import copy_from_storage
+    from trainer.checkpoint import CheckpointStore
+
+    root = _run_in_bucket(s3_bucket)
+    store = CheckpointStore(root)
+    first = store.manifest()[0]
+    store.storage.write(first.file, lambda sink: sink.write(b"damaged"))
+    with pytest.raises(RetrieveError, match=r"sha256|size") as refused:
+        copy_from_storage(root, tmp_path / "out", every=True, say=lambda _: None)
+    assert refused.value.exit_code == 1
+
+
+def test_a_missing_bucket_is_exit_code_2_naming_it(s3_bucket: str, tmp_path: Path) -> None:
+    from tools.retrieve import copy_from_storage
+
+    with pytest.raises(RetrieveError, match=f"{s3_bucket}-gone, which does not exist") as refused:
+        copy_from_storage(f"s3://{s3_bucket}-gone/run", tmp_path / "out", say=lambda _: None)
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / "out").exists()

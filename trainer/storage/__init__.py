@@ -111,6 +111,20 @@ class RunStorage(ABC):
     def create(self) -> None:
         """Make the root ready for writes (a directory and its parents); idempotent."""
 
+    def lacks_bucket(self) -> bool:
+        """Object storage: the bucket this root is in does not exist yet (what
+        :meth:`create_bucket` makes). A root not in a bucket never lacks one."""
+        return False
+
+    def create_bucket(self) -> None:
+        """Object storage: make the bucket this root is in unless it exists (``--create-bucket``;
+        idempotent, several ranks may ask at once). A root not in a bucket refuses, so the flag
+        on a directory is a clear error rather than a silent no-op."""
+        raise StorageError(
+            f"{self.location} is not in a bucket: --create-bucket is for object-storage roots "
+            "(s3://BUCKET/PREFIX)"
+        )
+
     @abstractmethod
     def parent(self) -> tuple[RunStorage, str]:
         """This root read as one object of the root above it (``--init-from FILE``)."""

@@ -54,6 +54,11 @@ ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 PART_BYTES = 64 << 20
 PARTS_IN_FLIGHT = 4
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
+# A HEAD's refusal has no body: only its status says why.
+_REFUSED = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+_REFUSED_HINT = (
+    "the key in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is refused or may not use this bucket"
+)
 
 
 def open_root(root: str) -> S3Storage:
@@ -81,14 +86,26 @@ def _client() -> Any:
                     "s3:// roots need boto3, which this Python lacks (pip install boto3)"
                 ) from None
 
-            custom_endpoint = any(os.environ.get(name) for name in ENDPOINT_ENVS)
             config = Config(
-                s3={"addressing_style": "path" if custom_endpoint else "auto"},
+                s3={"addressing_style": "path" if _custom_endpoint() else "auto"},
                 retries={"mode": "standard", "max_attempts": 5},
             )
-            client = boto3.client("s3", config=config)
+            # A session of its own: the default one keeps the first credentials it found.
+            client = boto3.session.Session().client("s3", config=config)
             _CLIENTS[os.getpid()] = client
         return client
+
+
+def forget_clients() -> None:
+    """Drop the clients made so far: the next use reads the environment again (a test that
+    points this process at another server)."""
+    with _CLIENTS_LOCK:
+        _CLIENTS.clear()
+
+
+def _custom_endpoint() -> bool:
+    """A service other than AWS's (a MinIO, a Ceph, this suite's S3Proxy)."""
+    return any(os.environ.get(name) for name in ENDPOINT_ENVS)
 
 
 def _is_not_found(error: Exception) -> bool:
@@ -109,9 +126,9 @@ def _as_os_errors(where: str) -> Iterator[None]:
         if _is_not_found(error):
             raise FileNotFoundError(errno.ENOENT, "No such object", where) from None
         detail = error.response.get("Error", {})
-        raise StorageError(
-            f"{where}: {detail.get('Code', 'error')}: {detail.get('Message', error)}"
-        ) from None
+        code = str(detail.get("Code", "error"))
+        hint = f" ({_REFUSED_HINT})" if code in _REFUSED else ""
+        raise StorageError(f"{where}: {code}: {detail.get('Message', error)}{hint}") from None
     except BotoCoreError as error:
         raise StorageError(f"{where}: {error}") from None
 
@@ -231,10 +248,38 @@ class S3Storage(RunStorage):
             with _as_os_errors(self.location):
                 _client().head_bucket(Bucket=self.bucket)
         except FileNotFoundError:
-            return f"is in bucket {self.bucket}, which does not exist (create it first)"
+            return (
+                f"is in bucket {self.bucket}, which does not exist (create it first, or pass "
+                "--create-bucket)"
+            )
         except OSError as error:
             return f"cannot be reached: {error}"
         return None
+
+    def lacks_bucket(self) -> bool:
+        try:
+            with _as_os_errors(self.location):
+                _client().head_bucket(Bucket=self.bucket)
+        except FileNotFoundError:
+            return True
+        return False
+
+    def create_bucket(self) -> None:
+        """CreateBucket, told where outside AWS's first region; one this key already owns (a
+        second rank, a restart) is success, one another account owns is an error."""
+        from botocore.exceptions import ClientError
+
+        client = _client()
+        region = client.meta.region_name
+        spelled: dict[str, Any] = {"Bucket": self.bucket}
+        if region and region != "us-east-1" and not _custom_endpoint():
+            spelled["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        with _as_os_errors(f"{URL_PREFIX}{self.bucket}"):
+            try:
+                client.create_bucket(**spelled)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+                    raise
 
     def missing(self) -> str | None:
         try:

@@ -185,12 +185,16 @@ def memory_backend() -> Iterator[MemoryServer]:
             SERVER.in_flight.clear()
 
 
-@pytest.fixture(params=["file", SCHEME])
+@pytest.fixture(params=["file", SCHEME, "s3"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RunStorage:
-    """A fresh run root on each backend: a directory of its own, or a memory prefix."""
+    """A fresh run root on each backend: a directory of its own, a memory prefix, or a prefix
+    in a bucket of a real S3-compatible server."""
     if request.param == "file":
         root = tmp_path / "run"
         open_storage(root).create()
         return open_storage(root)
+    if request.param == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        return open_storage(f"s3://{bucket}/runs/run")
     request.getfixturevalue("memory_backend")
     return open_storage(f"{SCHEME}://{tmp_path.name}/run")
