@@ -52,18 +52,34 @@ class RegistryArgs(TypedDict, total=False):
 class CheckpointArgs(TypedDict, total=False):
     """The `checkpoints` settings."""
 
+    storage: pulumi.Input[str]
+    """where checkpoints go: `claim`, a PersistentVolumeClaim the pods mount, or `s3`, a bucket of an S3-compatible object store the trainer writes to (no claim, no mount; not with `job.parallelism: fsdp`, whose sharded checkpoints need a filesystem) (default: `claim`; allowed: one of claim, s3)"""
     size: pulumi.Input[str]
-    """the claim's capacity; growing it is an in-place update (default: `10Ti`; allowed: a positive Kubernetes quantity such as 500m, 2, 16Gi or 10Ti (binary suffixes Ki/Mi/Gi/Ti/Pi/Ei, decimal k/M/G/T/P/E; not 'GB'/'TB'))"""
+    """`claim`: the claim's capacity; growing it is an in-place update (default: `10Ti`; allowed: a positive Kubernetes quantity such as 500m, 2, 16Gi or 10Ti (binary suffixes Ki/Mi/Gi/Ti/Pi/Ei, decimal k/M/G/T/P/E; not 'GB'/'TB'))"""
     storage_class: pulumi.Input[str]
-    """the claim's StorageClass (unset: the cluster's default) (default: unset; allowed: a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-', '.'), at most 253 characters)"""
+    """`claim`: the claim's StorageClass (unset: the cluster's default) (default: unset; allowed: a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-', '.'), at most 253 characters)"""
     access_mode: pulumi.Input[str]
-    """`ReadWriteOnce` adds a pod affinity so all replicas share one node; `ReadWriteOncePod` only with `job.nodes: 1` (default: `ReadWriteMany`; allowed: one of ReadWriteMany, ReadWriteOnce, ReadWriteOncePod)"""
+    """`claim`: `ReadWriteOnce` adds a pod affinity so all replicas share one node; `ReadWriteOncePod` only with `job.nodes: 1` (default: `ReadWriteMany`; allowed: one of ReadWriteMany, ReadWriteOnce, ReadWriteOncePod)"""
     mount_path: pulumi.Input[str]
-    """where the claim is mounted; checkpoints go to `<mountPath>/<job.name>` (default: `/checkpoints`; allowed: an absolute directory such as /checkpoints (no trailing '/', '..', ':', and not /, /dev/shm or the image's /opt/pytorch-distributed))"""
+    """`claim`: where the claim is mounted; checkpoints go to `<mountPath>/<job.name>` (default: `/checkpoints`; allowed: an absolute directory such as /checkpoints (no trailing '/', '..', ':', and not /, /dev/shm or the image's /opt/pytorch-distributed))"""
     retain_on_destroy: pulumi.Input[bool]
-    """keep the claim and its data on `pulumi destroy` (default: `true`; allowed: true or false)"""
+    """`claim`: keep the claim and its data on `pulumi destroy` (default: `true`; allowed: true or false)"""
     existing_claim: pulumi.Input[str]
-    """mount this PVC instead of creating one (never managed or deleted) (default: unset; allowed: a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-', '.'), at most 253 characters)"""
+    """`claim`: mount this PVC instead of creating one (never managed or deleted) (default: unset; allowed: a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-', '.'), at most 253 characters)"""
+    bucket: pulumi.Input[str]
+    """`s3`, required there: the bucket; checkpoints go to `s3://<bucket>/<prefix>/<job.name>` (default: unset; allowed: an S3 bucket name: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)"""
+    prefix: pulumi.Input[str]
+    """`s3`: the key prefix of the stack's runs in the bucket (unset: the bucket's top) (default: unset; allowed: a key prefix such as runs/team-a: parts separated by single '/', no leading or trailing '/', no '.' or '..' part, no whitespace)"""
+    endpoint: pulumi.Input[str]
+    """`s3`: the URL of an S3-compatible service, the pods' `AWS_ENDPOINT_URL_S3` (unset: AWS) (default: unset; allowed: the http:// or https:// URL of an S3-compatible service (MinIO, Ceph RGW, GCS's XML API https://storage.googleapis.com, CoreWeave...), such as https://minio.example.com:9000, without credentials in it)"""
+    region: pulumi.Input[str]
+    """`s3`: the bucket's region, the pods' `AWS_DEFAULT_REGION` (default: `us-east-1`; allowed: a region name such as us-east-1 (lowercase letters, digits and '-'))"""
+    create_bucket: pulumi.Input[bool]
+    """`s3`: the trainer creates the bucket when it does not exist (`--create-bucket`); else a missing bucket fails the job at its start (default: `false`; allowed: true or false)"""
+    access_key_id: pulumi.Input[str]
+    """`s3`: the access key id, a secret (`pulumi config set --secret --path checkpoints.accessKeyId`); with `secretAccessKey` in a Secret the stack owns (`<job>-s3-credentials`), read through `secretKeyRef`; neither: the pods' own identity (IRSA, workload identity) (default: unset; allowed: a secret of the stack's config: pulumi config set --secret --path)"""
+    secret_access_key: pulumi.Input[str]
+    """`s3`: the secret access key, a secret (`pulumi config set --secret --path checkpoints.secretAccessKey`); set with `accessKeyId` or not at all (default: unset; allowed: a secret of the stack's config: pulumi config set --secret --path)"""
 
 
 class ElasticArgs(TypedDict, total=False):

@@ -1,5 +1,6 @@
-"""EnvironmentSecret: the Secret `<job>-env` that holds `job.secretEnv`'s values, which the
-training container reads through `secretKeyRef`.
+"""EnvironmentSecret: a Secret the stack owns whose values the training container reads through
+`secretKeyRef`: `<job>-env`, `job.secretEnv`'s values, and `<job>-s3-credentials`, the object
+storage's credentials (`checkpoints.accessKeyId`, `checkpoints.secretAccessKey`).
 
 Why a Secret the stack owns: a value in the pod spec (`env[].value`) is plain text in the job's
 manifest, in Pulumi's state and preview, in `make render` and to anyone who may read the job.
@@ -20,7 +21,8 @@ import pulumi_kubernetes as k8s
 
 
 class EnvironmentSecret(pulumi.ComponentResource):
-    """An Opaque Secret, one key per `job.secretEnv` variable.
+    """An Opaque Secret, one key per variable it feeds (`job.secretEnv`'s, or the storage's
+    `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`).
 
     `manifest` is the Secret from `stack_objects`; the Kubernetes provider comes from the
     parent's `providers`.

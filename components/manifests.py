@@ -34,6 +34,8 @@ from components.setting_values import (
     APP_DIR,
     CHECKPOINT_DIR_ENV,
     JOB_NAME_ENV,
+    S3_ACCESS_KEY_ID_ENV,
+    S3_SECRET_ACCESS_KEY_ENV,
     SHM_DIR,
     STACK_NAME_ENV,
     quantity_value,
@@ -92,18 +94,26 @@ class ResourceNames:
     (the pods' names are their job API's: `rank0_pod`)."""
 
     job: str
-    claim: str
+    # The checkpoint claim; None when checkpoints go to object storage.
+    claim: str | None
     pull_secret: str | None
     # The Secret holding `job.secretEnv`'s values, when there are any.
     env_secret: str | None = None
+    # The Secret holding the object storage's credentials, when the stack has them.
+    storage_secret: str | None = None
 
 
 def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
     pull_secret = f"{job}-registry" if settings.registry is not None else None
     env_secret = f"{job}-env" if settings.job.secret_env else None
+    storage_secret = f"{job}-s3-credentials" if settings.checkpoints.has_credentials else None
     return ResourceNames(
-        job=job, claim=settings.checkpoint_claim, pull_secret=pull_secret, env_secret=env_secret
+        job=job,
+        claim=settings.checkpoint_claim,
+        pull_secret=pull_secret,
+        env_secret=env_secret,
+        storage_secret=storage_secret,
     )
 
 
@@ -215,9 +225,41 @@ def environment_secret_manifest(settings: StackSettings) -> dict[str, Any] | Non
     }
 
 
-def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
-    """The checkpoint PVC; stack_objects leaves it out when `checkpoints.existingClaim` is set."""
+# The keys of the object storage's Secret: the variables the pods read them as, so the Secret
+# says what it holds and `kubectl describe` of a pod names the same thing twice.
+STORAGE_SECRET_KEYS = {
+    S3_ACCESS_KEY_ID_ENV: "access_key_id",
+    S3_SECRET_ACCESS_KEY_ENV: "secret_access_key",
+}
+
+
+def storage_secret_manifest(settings: StackSettings) -> dict[str, Any] | None:
+    """The Opaque Secret `<job>-s3-credentials` that holds `checkpoints.accessKeyId` and
+    `checkpoints.secretAccessKey`, which the containers read through `secretKeyRef` (as
+    `job.secretEnv`'s Secret: only this object ever holds them, and only as secrets); None
+    without credentials (a claim, or the pods' own identity)."""
+    name = resource_names(settings).storage_secret
+    if name is None:
+        return None
     checkpoints = settings.checkpoints
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_metadata(settings, name, "checkpoint-storage"),
+        "type": "Opaque",
+        "data": {
+            key: _secret_data(getattr(checkpoints, attribute))
+            for key, attribute in STORAGE_SECRET_KEYS.items()
+        },
+    }
+
+
+def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
+    """The checkpoint PVC; stack_objects leaves it out when `checkpoints.existingClaim` is set
+    or checkpoints go to object storage."""
+    checkpoints = settings.checkpoints
+    if checkpoints.s3:
+        raise ValueError("checkpoint_claim_manifest: checkpoints.storage is s3, no claim")
     spec: dict[str, Any] = {
         "accessModes": [checkpoints.access_mode],
         "volumeMode": "Filesystem",
@@ -246,13 +288,16 @@ class TrainerArgument:
     ``field``: the trainer's TrainConfig field it sets; ``flag``: its flag (None: a positional,
     in TRAINER_ARGUMENTS' order); ``setting``: the stack key, as a person writes it;
     ``attribute``: the JobSettings attribute it is, when it is one (a local run's override flags
-    go by it); ``value``: its value for a stack, None to leave it to the trainer's default."""
+    go by it); ``value``: its value for a stack, None to leave it to the trainer's default;
+    ``switch``: a flag that takes no value (argparse's store_true), given alone when its value
+    is true."""
 
     field: str
     flag: str | None
     setting: str
     value: Callable[[StackSettings], Any]
     attribute: str | None = None
+    switch: bool = False
 
 
 def _job_argument(field: str, flag: str | None) -> TrainerArgument:
@@ -267,7 +312,10 @@ TRAINER_ARGUMENTS: tuple[TrainerArgument, ...] = (
     _job_argument("total_epochs", None),
     _job_argument("save_every", None),
     TrainerArgument(
-        "checkpoint_dir", "--checkpoint-dir", "checkpoints.mountPath", lambda s: s.checkpoint_dir
+        "checkpoint_dir",
+        "--checkpoint-dir",
+        "checkpoints.mountPath (checkpoints.bucket and prefix with storage: s3)",
+        lambda s: s.checkpoint_dir,
     ),
     _job_argument("dataset_size", "--dataset-size"),
     _job_argument("task", "--task"),
@@ -288,6 +336,14 @@ TRAINER_ARGUMENTS: tuple[TrainerArgument, ...] = (
         "job.batchSize x job.nodes x job.gpusPerNode",
         lambda s: s.job.global_batch_size if s.job.elastic is not None else None,
     ),
+    # Left out unless set: a stack on a claim never has it, nor an s3 stack whose bucket exists.
+    TrainerArgument(
+        "create_bucket",
+        "--create-bucket",
+        "checkpoints.createBucket",
+        lambda s: True if s.checkpoints.create_bucket else None,
+        switch=True,
+    ),
 )
 
 
@@ -302,7 +358,11 @@ def trainer_args(settings: StackSettings) -> list[str]:
     args = ["--max-restarts", str(max_restarts(settings)), "--"]
     for argument in TRAINER_ARGUMENTS:
         value = argument.value(settings)
-        if value is not None:
+        if value is None:
+            continue
+        if argument.switch:
+            args += [str(argument.flag)] if value else []
+        else:
             args += [str(value)] if argument.flag is None else [argument.flag, str(value)]
     return args
 
@@ -363,7 +423,8 @@ def run_command(settings: StackSettings) -> dict[str, Any]:
 
 def contract_env(settings: StackSettings) -> list[dict[str, str]]:
     """What every pod tells any training script (docs/tutorials/your-own-model.md): this run's
-    directory on the checkpoint claim, the job's name and the stack's."""
+    directory on the checkpoint claim (its s3:// URL with object storage), the job's name and
+    the stack's."""
     env = [
         {"name": CHECKPOINT_DIR_ENV, "value": settings.checkpoint_dir},
         {"name": JOB_NAME_ENV, "value": settings.job.name},
@@ -373,9 +434,27 @@ def contract_env(settings: StackSettings) -> list[dict[str, str]]:
     return env
 
 
+def storage_env(settings: StackSettings) -> list[dict[str, Any]]:
+    """How the pods reach the object storage, in boto3's names (trainer/storage/s3.py; any
+    user's code with boto3 alike): the endpoint when set and the region in plain text, the
+    credentials by reference to the stack's Secret. Empty on a claim."""
+    env: list[dict[str, Any]] = [
+        {"name": name, "value": value}
+        for name, value in settings.checkpoints.client_environment.items()
+    ]
+    secret = resource_names(settings).storage_secret
+    if secret is not None:
+        env += [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for key in STORAGE_SECRET_KEYS
+        ]
+    return env
+
+
 def container_env(settings: StackSettings) -> list[dict[str, Any]]:
-    """The training container's own environment: the stack's, the contract, `job.env` (whose
-    OMP_NUM_THREADS wins over the stack's), and `job.secretEnv` by reference to its Secret."""
+    """The training container's own environment: the stack's, the contract, the object
+    storage's (s3), `job.env` (whose OMP_NUM_THREADS wins over the stack's), and `job.secretEnv`
+    by reference to its Secret."""
     job = settings.job
     own: dict[str, dict[str, Any]] = {
         "PYTHONUNBUFFERED": {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -383,7 +462,7 @@ def container_env(settings: StackSettings) -> list[dict[str, Any]]:
     }
     if job.command is not None and job.launcher == "torchrun" and job.elastic is not None:
         own[NO_SHARED_RDZV_STORE["name"]] = dict(NO_SHARED_RDZV_STORE)
-    for entry in contract_env(settings):
+    for entry in [*contract_env(settings), *storage_env(settings)]:
         own[entry["name"]] = entry
     for name, value in job.env.items():
         own[name] = {"name": name, "value": value}
@@ -404,10 +483,10 @@ def _container(
     limits: dict[str, str] = {"memory": job.memory}
     if job.gpus_per_node > 0:
         limits[job.gpu_resource] = str(job.gpus_per_node)
-    mounts: list[dict[str, Any]] = [
-        {"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path},
-        {"name": SHM_VOLUME, "mountPath": SHM_DIR},
-    ]
+    mounts: list[dict[str, Any]] = []
+    if not settings.checkpoints.s3:  # object storage is reached over the network, not mounted
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path})
+    mounts.append({"name": SHM_VOLUME, "mountPath": SHM_DIR})
     for index, volume in enumerate(job.volumes):
         mounts.append(
             {
@@ -460,12 +539,14 @@ def pod_template(
     node), with its training container named as the job's API requires."""
     names = resource_names(settings)
     job = settings.job
-    volumes: list[dict[str, Any]] = [
-        {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}},
-        # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the
-        # container runtime's default 64 MiB is far too small.
-        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-    ]
+    volumes: list[dict[str, Any]] = []
+    if names.claim is not None:  # object storage (s3) has no claim to mount
+        volumes.append(
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}}
+        )
+    # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the container
+    # runtime's default 64 MiB is far too small.
+    volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
     for index, volume in enumerate(job.volumes):
         claim = {"claimName": volume.claim, "readOnly": volume.read_only}
         volumes.append({"name": data_volume(index), "persistentVolumeClaim": claim})
@@ -480,7 +561,8 @@ def pod_template(
         spec["imagePullSecrets"] = [{"name": names.pull_secret}]
     if settings.platform == "runai":
         spec["schedulerName"] = RUNAI_SCHEDULER
-    if settings.checkpoints.access_mode == "ReadWriteOnce" and job.nodes > 1:
+    rwo_claim = names.claim is not None and settings.checkpoints.access_mode == "ReadWriteOnce"
+    if rwo_claim and job.nodes > 1:
         spec["affinity"] = _co_location_affinity(settings)
     spec.update(scheduling(settings))
     labels = {
@@ -552,7 +634,14 @@ def checkpoint_reader_pod_manifest(
     tool that started it is killed before it can delete it. `node` pins it beside the pod that
     has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too. It has
     the job's node selector and tolerations, as the claim may be reachable on its nodes only.
+    A stack whose checkpoints are in object storage has no claim: the bucket is read directly.
     """
+    claim = resource_names(settings).claim
+    if claim is None:
+        raise ValueError(
+            "checkpoint_reader_pod_manifest: checkpoints.storage is s3, there is no claim to "
+            f"mount; read {settings.checkpoint_dir} from the bucket"
+        )
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -578,10 +667,7 @@ def checkpoint_reader_pod_manifest(
         "volumes": [
             {
                 "name": CHECKPOINT_VOLUME,
-                "persistentVolumeClaim": {
-                    "claimName": resource_names(settings).claim,
-                    "readOnly": True,
-                },
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
             }
         ],
         "restartPolicy": "Never",

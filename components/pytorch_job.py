@@ -3,9 +3,10 @@
 Why replacement: the training operator never re-runs a finished job and never rebuilds running
 pods when the template changes, so an in-place update would silently do nothing. Any change under
 `spec` (image digest, replicas, arguments, resources) therefore deletes the old job and creates a
-new one (`delete_before_replace`, since the name is fixed). Checkpoints live on the claim, so the
-new job resumes from the last one. A change of `job.queue` or `job.priorityClass` replaces it too:
-Kueue's webhook refuses to change the labels a job was admitted by.
+new one (`delete_before_replace`, since the name is fixed). Checkpoints live on the claim (or in
+the bucket), so the new job resumes from the last one. A change of `job.queue` or
+`job.priorityClass` replaces it too: Kueue's webhook refuses to change the labels a job was
+admitted by.
 
 Before the job is created, a hook asks the API server whether the namespace admits its pods
 (components/pod_admission.py: a namespace that enforces Pod Security "restricted" refuses a
@@ -104,7 +105,8 @@ def watched_job(
 
 
 class PyTorchJob(pulumi.ComponentResource):
-    """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted.
+    """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted (none
+    with s3).
 
     `objects` are the stack's (`stack_objects`), the job among them; the Kubernetes provider
     comes from the parent's `providers`, and `kube_context` is its context, which the hooks

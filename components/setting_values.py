@@ -38,6 +38,9 @@ Launcher = Literal["torchrun", "none"]
 Parallelism = Literal["ddp", "fsdp"]
 TolerationOperator = Literal["Equal", "Exists"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+# Where a stack keeps its checkpoints: a PersistentVolumeClaim the pods mount, or a bucket of an
+# S3-compatible object store the trainer writes to over the network (issue 33).
+CheckpointStorage = Literal["claim", "s3"]
 
 # Where the pods start (their workingDir) and where the trainer image keeps its code: no volume
 # may be mounted over it (nor over /dev/shm or the checkpoint claim).
@@ -49,6 +52,13 @@ CHECKPOINT_DIR_ENV = "CHECKPOINT_DIR"
 JOB_NAME_ENV = "JOB_NAME"
 STACK_NAME_ENV = "STACK_NAME"
 ENV_CONTRACT = (CHECKPOINT_DIR_ENV, JOB_NAME_ENV, STACK_NAME_ENV)
+# What the pods of an s3 stack are told, in boto3's own names (trainer/storage/s3.py reads them
+# through boto3): where the service is (unset: AWS), its region, and the credentials (from the
+# stack's Secret; without them, the pod's own identity: IRSA, workload identity).
+S3_ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"
+S3_REGION_ENV = "AWS_DEFAULT_REGION"
+S3_ACCESS_KEY_ID_ENV = "AWS_ACCESS_KEY_ID"
+S3_SECRET_ACCESS_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 # Names the stack, the job's controller, torchrun or the kubelet set in the pods: a job.env or
 # job.secretEnv entry of one of them would be overwritten or would confuse the launcher.
 RESERVED_ENV = (
@@ -456,10 +466,47 @@ ExtendedResource = _matching(
 )
 
 
+# S3's bucket naming rules (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html),
+# which the S3-compatible services follow: what a bucket may be called anywhere.
+S3Bucket = _matching(
+    r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z",
+    "expected an S3 bucket name: 3-63 characters of lowercase letters, digits, '.' and '-', "
+    "starting and ending with a letter or digit",
+    63,
+)
+# Keys are joined with '/' under the bucket: a leading, trailing or doubled '/' would make keys
+# other tools (the console, `aws s3 ls`) show as empty folders, and '.'/'..' parts as paths.
+S3Prefix = _matching(
+    r"^(?!\.\.?(/|\Z))[^/\s]+(/(?!\.\.?(/|\Z))[^/\s]+)*\Z",
+    "expected a key prefix such as runs/team-a: parts separated by single '/', no leading or "
+    "trailing '/', no '.' or '..' part, no whitespace",
+    512,
+)
+# A URL with user:password@ would put a credential in the pods' plain environment: refused.
+S3Endpoint = _matching(
+    r"^https?://[^\s/?#@]+(/[^\s?#]*)?\Z",
+    "expected the http:// or https:// URL of an S3-compatible service (MinIO, Ceph RGW, GCS's "
+    "XML API https://storage.googleapis.com, CoreWeave...), such as https://minio.example.com:9000,"
+    " without credentials in it",
+)
+S3Region = _matching(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
+    "expected a region name such as us-east-1 (lowercase letters, digits and '-')",
+    63,
+)
+
+
 # A secret pulumi.Output[str] in the program, a plain str (or REDACTED, or None) offline: never
 # validated, shown or serialised, and never read from the registry object (settings.py's
 # parse_settings).
 Secret = Annotated[Any, SkipValidation, Allowed("a secret: pulumi config set --secret")]
+# The same inside an object (checkpoints' credentials): components/settings.py refuses a value
+# that is not one (is_secret_value), naming the key but never echoing the value.
+PathSecret = Annotated[
+    Any,
+    SkipValidation,
+    Allowed("a secret of the stack's config: pulumi config set --secret --path"),
+]
 
 
 def quantity_value(text: str) -> Decimal:

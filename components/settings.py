@@ -32,6 +32,7 @@ from annotated_types import Ge, Le
 from pydantic import (
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -46,11 +47,16 @@ from components.setting_values import (
     APP_DIR,
     BASE_IMAGE_ARG,
     REDACTED,
+    S3_ACCESS_KEY_ID_ENV,
+    S3_ENDPOINT_ENV,
+    S3_REGION_ENV,
+    S3_SECRET_ACCESS_KEY_ENV,
     SHM_DIR,
     AccessMode,
     Allowed,
     Boolean,
     BuildArgs,
+    CheckpointStorage,
     CleanPodPolicy,
     Command,
     DnsLabel,
@@ -72,12 +78,17 @@ from components.setting_values import (
     NodeSelector,
     ObjectName,
     Parallelism,
+    PathSecret,
     Platform,
     ProjectPath,
     Quantity,
     RegistryServer,
     RestartPolicy,
     RunaiProject,
+    S3Bucket,
+    S3Endpoint,
+    S3Prefix,
+    S3Region,
     Secret,
     SecretEnvMap,
     TaintEffect,
@@ -88,6 +99,7 @@ from components.setting_values import (
     WaitFor,
     is_loopback,
     is_pinned,
+    is_secret_value,
     refusal,
     registry_host,
     server_host,
@@ -271,21 +283,136 @@ class RegistrySettings(_Settings):
     """the registry password: required with `registry`, refused without it"""
 
 
+# Which checkpoints keys each storage reads: a key of the other storage would be silently
+# ignored, so it is refused (only when written in the stack, its default never is).
+CLAIM_KEYS = ("size", "storageClass", "accessMode", "mountPath", "retainOnDestroy", "existingClaim")
+S3_CREDENTIAL_KEYS = ("accessKeyId", "secretAccessKey")
+S3_KEYS = ("bucket", "prefix", "endpoint", "region", "createBucket", *S3_CREDENTIAL_KEYS)
+S3_URL_PREFIX = "s3://"
+
+
 @dataclass(frozen=True, config=_CONFIG)
 class CheckpointSettings(_Settings):
+    storage: CheckpointStorage = "claim"
+    """where checkpoints go: `claim`, a PersistentVolumeClaim the pods mount, or `s3`, a bucket
+    of an S3-compatible object store the trainer writes to (no claim, no mount; not with
+    `job.parallelism: fsdp`, whose sharded checkpoints need a filesystem)"""
     size: Quantity = "10Ti"
-    """the claim's capacity; growing it is an in-place update"""
+    """`claim`: the claim's capacity; growing it is an in-place update"""
     storage_class: ObjectName | None = None
-    """the claim's StorageClass (unset: the cluster's default)"""
+    """`claim`: the claim's StorageClass (unset: the cluster's default)"""
     access_mode: AccessMode = "ReadWriteMany"
-    """`ReadWriteOnce` adds a pod affinity so all replicas share one node; `ReadWriteOncePod`
-    only with `job.nodes: 1`"""
+    """`claim`: `ReadWriteOnce` adds a pod affinity so all replicas share one node;
+    `ReadWriteOncePod` only with `job.nodes: 1`"""
     mount_path: MountPath = "/checkpoints"
-    """where the claim is mounted; checkpoints go to `<mountPath>/<job.name>`"""
+    """`claim`: where the claim is mounted; checkpoints go to `<mountPath>/<job.name>`"""
     retain_on_destroy: Boolean = True
-    """keep the claim and its data on `pulumi destroy`"""
+    """`claim`: keep the claim and its data on `pulumi destroy`"""
     existing_claim: ObjectName | None = None
-    """mount this PVC instead of creating one (never managed or deleted)"""
+    """`claim`: mount this PVC instead of creating one (never managed or deleted)"""
+    bucket: S3Bucket | None = None
+    """`s3`, required there: the bucket; checkpoints go to `s3://<bucket>/<prefix>/<job.name>`"""
+    prefix: S3Prefix | None = None
+    """`s3`: the key prefix of the stack's runs in the bucket (unset: the bucket's top)"""
+    endpoint: S3Endpoint | None = None
+    """`s3`: the URL of an S3-compatible service, the pods' `AWS_ENDPOINT_URL_S3` (unset:
+    AWS)"""
+    region: S3Region = "us-east-1"
+    """`s3`: the bucket's region, the pods' `AWS_DEFAULT_REGION`"""
+    create_bucket: Boolean = False
+    """`s3`: the trainer creates the bucket when it does not exist (`--create-bucket`); else a
+    missing bucket fails the job at its start"""
+    access_key_id: PathSecret = Field(None, repr=False)
+    """`s3`: the access key id, a secret (`pulumi config set --secret --path
+    checkpoints.accessKeyId`); with `secretAccessKey` in a Secret the stack owns
+    (`<job>-s3-credentials`), read through `secretKeyRef`; neither: the pods' own identity (IRSA,
+    workload identity)"""
+    secret_access_key: PathSecret = Field(None, repr=False)
+    """`s3`: the secret access key, a secret (`pulumi config set --secret --path
+    checkpoints.secretAccessKey`); set with `accessKeyId` or not at all"""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keys_of_its_storage(
+        cls, data: Any, handler: ModelWrapValidatorHandler[CheckpointSettings], info: ValidationInfo
+    ) -> CheckpointSettings:
+        settings = handler(data)
+        if info.context is None or not isinstance(data, Mapping):
+            return settings
+        # What the stack wrote (a default is never refused): pydantic's dataclasses keep no
+        # fields-set record, so the config object's own keys say it.
+        given = {str(key) for key, value in data.items() if value is not None}
+        shown = {key: REDACTED if key in S3_CREDENTIAL_KEYS else data.get(key) for key in given}
+        if settings.storage == "claim":
+            for key in (key for key in S3_KEYS if key in given):
+                raise refusal(
+                    key,
+                    shown[key],
+                    f"checkpoints.{key} is for checkpoints.storage: s3, and this stack keeps its "
+                    "checkpoints on a claim (checkpoints.storage: claim, the default): set "
+                    "checkpoints.storage: s3 or leave it out",
+                )
+            return settings
+        for key in (key for key in CLAIM_KEYS if key in given):
+            raise refusal(
+                key,
+                shown[key],
+                f"checkpoints.{key} is for checkpoints.storage: claim, and with s3 there is no "
+                "claim: leave it out",
+            )
+        _require(
+            settings.bucket is not None,
+            "bucket",
+            None,
+            "required when checkpoints.storage is s3: the bucket the checkpoints go to",
+        )
+        credentials = {key: data.get(key) for key in S3_CREDENTIAL_KEYS if key in given}
+        if len(credentials) == 1:
+            [missing] = [key for key in S3_CREDENTIAL_KEYS if key not in credentials]
+            raise refusal(
+                missing,
+                None,
+                f"checkpoints.{next(iter(credentials))} is set: the credentials go together, "
+                "set both (pulumi config set --secret --path checkpoints.<key>) or neither "
+                "(the pods' own identity: IRSA, workload identity)",
+            )
+        for key, value in credentials.items():
+            _require(
+                is_secret_value(value),
+                key,
+                REDACTED,
+                f"expected a secret of the stack's config: pulumi config set --secret --path "
+                f"checkpoints.{key} VALUE (a credential is never plain text)",
+            )
+        return settings
+
+    @property
+    def s3(self) -> bool:
+        """Checkpoints go to object storage: no claim, no mount."""
+        return self.storage == "s3"
+
+    @property
+    def has_credentials(self) -> bool:
+        """The stack hands the pods S3 credentials (its Secret); else their own identity."""
+        return self.s3 and self.access_key_id is not None
+
+    @property
+    def root(self) -> str:
+        """Where the stack's runs live, each in `<root>/<job.name>`: the claim's mount path, or
+        `s3://<bucket>[/<prefix>]`."""
+        if not self.s3:
+            return self.mount_path
+        return S3_URL_PREFIX + "/".join(part for part in (self.bucket, self.prefix) if part)
+
+    @property
+    def client_environment(self) -> dict[str, str]:
+        """What an S3 client is told besides the credentials, in boto3's names (the pods' plain
+        environment; a tool reading the bucket from here sets the same): the endpoint when set,
+        the region. Empty for a claim."""
+        if not self.s3:
+            return {}
+        env = {S3_ENDPOINT_ENV: self.endpoint} if self.endpoint is not None else {}
+        return {**env, S3_REGION_ENV: self.region}
 
 
 def _default_active_deadline(data: dict[str, Any]) -> int | None:
@@ -703,13 +830,30 @@ class StackSettings(_Settings):
 
     @property
     def checkpoint_dir(self) -> str:
-        """Each job gets its own directory on the shared claim, so runs never mix snapshots."""
-        return f"{self.checkpoints.mount_path}/{self.job.name}"
+        """The run's root, the one answer to where this job's checkpoints are (the trainer's
+        `--checkpoint-dir`, the pods' CHECKPOINT_DIR, the checkpointPath output, the tools): each
+        job gets its own directory on the shared claim, `<mountPath>/<job.name>`, or its own
+        prefix in the bucket, `s3://<bucket>[/<prefix>]/<job.name>`, so runs never mix
+        snapshots."""
+        return f"{self.checkpoints.root}/{self.job.name}"
 
     @property
-    def checkpoint_claim(self) -> str:
-        """The checkpoint claim's name: the existing one, or the stack's `<job>-checkpoints`."""
+    def checkpoint_claim(self) -> str | None:
+        """The checkpoint claim's name: the existing one, or the stack's `<job>-checkpoints`;
+        None when checkpoints go to object storage (no claim at all)."""
+        if self.checkpoints.s3:
+            return None
         return self.checkpoints.existing_claim or f"{self.job.name}-checkpoints"
+
+    @property
+    def storage_env(self) -> dict[str, str]:
+        """The pods' environment variables an s3 stack sets itself (job.env and job.secretEnv
+        may not name them): the client's, and the credentials' when the stack has them."""
+        names = dict(self.checkpoints.client_environment)
+        if self.checkpoints.has_credentials:
+            names[S3_ACCESS_KEY_ID_ENV] = REDACTED
+            names[S3_SECRET_ACCESS_KEY_ENV] = REDACTED
+        return names
 
     @model_validator(mode="after")
     def _across_objects(self, info: ValidationInfo) -> StackSettings:
@@ -754,8 +898,10 @@ class StackSettings(_Settings):
             f"ReadWriteOncePod lets one pod mount the claim but job.nodes is {self.job.nodes}; "
             "use ReadWriteMany (or ReadWriteOnce, which co-locates the pods on one node)",
         )
+        if self.checkpoints.s3:
+            self._object_storage_rules()
         mount = self.checkpoints.mount_path
-        for index, volume in enumerate(self.job.volumes):
+        for index, volume in enumerate(() if self.checkpoints.s3 else self.job.volumes):
             _require(
                 volume.claim != self.checkpoint_claim,
                 f"job.volumes[{index}].claim",
@@ -769,17 +915,20 @@ class StackSettings(_Settings):
                 f"it would shadow the checkpoint claim's {mount} (checkpoints.mountPath) or sit "
                 "inside it",
             )
-        # A path on the claim (the only storage the pods share), and not this job's own
-        # directory: a warm start is a new run with a directory of its own.
+        # A path on the claim (the only storage the pods share) or a key in the bucket, and not
+        # this job's own directory: a warm start is a new run with a directory of its own.
         if (init_from := self.job.init_from) is not None:
-            mount, own = self.checkpoints.mount_path, self.checkpoint_dir
+            root, own = self.checkpoints.root, self.checkpoint_dir
+            where = "in the bucket" if self.checkpoints.s3 else "on the claim"
             _require(
-                init_from.startswith(mount + "/")
-                and all(part not in ("", ".", "..") for part in init_from.split("/")[1:]),
+                init_from.startswith(root + "/")
+                and all(
+                    part not in ("", ".", "..") for part in init_from[len(root) + 1 :].split("/")
+                ),
                 "job.initFrom",
                 init_from,
-                f"expected a checkpoint directory or file on the claim, under {mount}/ "
-                f"(e.g. {mount}/<previous job.name>), without '..' or a trailing '/'",
+                f"expected a checkpoint directory or file {where}, under {root}/ "
+                f"(e.g. {root}/<previous job.name>), without '..' or a trailing '/'",
             )
             _require(
                 init_from != own and not init_from.startswith(own + "/"),
@@ -789,6 +938,35 @@ class StackSettings(_Settings):
                 "run: give the job a new job.name and point job.initFrom at the old one",
             )
         return self
+
+    def _object_storage_rules(self) -> None:
+        """What an s3 stack's job cannot have: sharded checkpoints, which need a filesystem
+        (the trainer refuses fsdp on any other root), the bucket's creation by code that is not
+        the trainer's, and its own value for a variable the stack sets."""
+        _require(
+            self.job.parallelism != "fsdp",
+            "job.parallelism",
+            self.job.parallelism,
+            "fsdp writes sharded checkpoints, which need a filesystem, and checkpoints.storage "
+            "is s3: use job.parallelism: ddp, or checkpoints.storage: claim",
+        )
+        _require(
+            self.job.runs_trainer or not self.checkpoints.create_bucket,
+            "checkpoints.createBucket",
+            self.checkpoints.create_bucket,
+            "only the project's trainer creates the bucket (--create-bucket), and job.command "
+            "runs your own code: create the bucket beforehand (or in your code) and leave "
+            "createBucket out",
+        )
+        for name in self.storage_env:
+            for key, names in (("env", self.job.env), ("secretEnv", self.job.secret_env)):
+                _require(
+                    name not in names,
+                    f"job.{key}.{name}",
+                    REDACTED if key == "secretEnv" else names.get(name),
+                    f"checkpoints.storage: s3 sets {name} in the pods from the checkpoints "
+                    "settings: set it there, or leave it out",
+                )
 
 
 _STACK = TypeAdapter(StackSettings)
@@ -1064,6 +1242,11 @@ def load_stack_file(stack: str, root: Path = REPO_ROOT) -> StackSettings:
             for name, value in job["secretEnv"].items()
         }
         values["job"] = {**job, "secretEnv": secret_env}
+    checkpoints = values.get("checkpoints")
+    if isinstance(checkpoints, Mapping):  # its credentials, `--secret --path` inside it
+        values["checkpoints"] = {
+            key: REDACTED if _is_secure(value) else value for key, value in checkpoints.items()
+        }
     return parse_settings(values, password=password, stack=stack)
 
 
@@ -1117,21 +1300,34 @@ def load_args() -> dict[str, Any]:
 
 
 def _secret_env_as_secrets(values: dict[str, Any]) -> dict[str, Any]:
-    """`job.secretEnv`'s values as secret Outputs, when the engine says the config holds them as
-    secrets. The engine decrypts config for the program and marks secret whole keys only (the
-    `job` object, when `pulumi config set --secret --path` put a secret inside it): a job object
-    that is not secret holds no secret at all, and its values stay plain, which parse_settings
-    refuses. (The offline tools see each value's ciphertext, so they check every one.)"""
+    """`job.secretEnv`'s values and the checkpoints' credentials as secret Outputs, when the
+    engine says the config holds them as secrets. The engine decrypts config for the program and
+    marks secret whole keys only (the `job` or `checkpoints` object, when `pulumi config set
+    --secret --path` put a secret inside it): an object that is not secret holds no secret at
+    all, and its values stay plain, which parse_settings refuses. (The offline tools see each
+    value's ciphertext, so they check every one.)"""
     import pulumi
     import pulumi.runtime.config as runtime_config
 
     job = values.get("job")
-    if not isinstance(job, Mapping) or not isinstance(job.get("secretEnv"), Mapping):
-        return values
-    if not runtime_config.is_config_secret(f"{PROJECT}:job"):
-        return values
-    secret_env = {name: pulumi.Output.secret(value) for name, value in job["secretEnv"].items()}
-    return {**values, "job": {**job, "secretEnv": secret_env}}
+    if (
+        isinstance(job, Mapping)
+        and isinstance(job.get("secretEnv"), Mapping)
+        and runtime_config.is_config_secret(f"{PROJECT}:job")
+    ):
+        secret_env = {name: pulumi.Output.secret(value) for name, value in job["secretEnv"].items()}
+        values = {**values, "job": {**job, "secretEnv": secret_env}}
+    checkpoints = values.get("checkpoints")
+    if isinstance(checkpoints, Mapping) and runtime_config.is_config_secret(
+        f"{PROJECT}:checkpoints"
+    ):
+        credentials = {
+            key: pulumi.Output.secret(checkpoints[key])
+            for key in S3_CREDENTIAL_KEYS
+            if checkpoints.get(key) is not None
+        }
+        values = {**values, "checkpoints": {**checkpoints, **credentials}}
+    return values
 
 
 def job_key(attribute: str) -> str | None:

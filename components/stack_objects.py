@@ -13,6 +13,7 @@ from components.manifests import (
     environment_secret_manifest,
     registry_secret_manifest,
     resource_names,
+    storage_secret_manifest,
 )
 from components.settings import StackSettings
 
@@ -28,13 +29,22 @@ class StackObjects:
     runtime: dict[str, Any] | None = None
     # The Secret holding `job.secretEnv`'s values, when there are any.
     env_secret: dict[str, Any] | None = None
+    # The Secret holding the object storage's credentials (checkpoints.storage: s3), when set.
+    storage_secret: dict[str, Any] | None = None
 
     def in_apply_order(self) -> list[dict[str, Any]]:
-        """The job pulls with the Secret, reads its environment's Secret, mounts the claim and
-        runs on its runtime, so they all come before it."""
+        """The job pulls with the Secret, reads its environment's and its storage's Secrets,
+        mounts the claim and runs on its runtime, so they all come before it."""
         return [
             manifest
-            for manifest in (self.pull_secret, self.env_secret, self.claim, self.runtime, self.job)
+            for manifest in (
+                self.pull_secret,
+                self.env_secret,
+                self.storage_secret,
+                self.claim,
+                self.runtime,
+                self.job,
+            )
             if manifest is not None
         ]
 
@@ -56,13 +66,16 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
             else None
         ),
         # An existing claim belongs to someone else: the job mounts it, the stack never owns it.
+        # Object storage (s3) has no claim at all.
         claim=(
             checkpoint_claim_manifest(settings)
-            if settings.checkpoints.existing_claim is None
+            if settings.checkpoints.existing_claim is None and not settings.checkpoints.s3
             else None
         ),
         job=api.job_manifest(settings, image=image),
         runtime=api.runtime_manifest(settings),
         # The values are the settings' own: the program's secret Outputs, the offline REDACTED.
         env_secret=environment_secret_manifest(settings),
+        # The same: the credentials as the settings hold them, secret Outputs or REDACTED.
+        storage_secret=storage_secret_manifest(settings),
     )

@@ -24,7 +24,8 @@ from components.stack_objects import StackObjects
 
 
 class TrainJob(pulumi.ComponentResource):
-    """The TrainJob (`numNodes` pods, rank 0 the first), with the checkpoint claim mounted, and
+    """The TrainJob (`numNodes` pods, rank 0 the first), with the checkpoint claim mounted (none:
+    s3), and
     its TrainingRuntime (`runtime`: None when it runs on the cluster's ClusterTrainingRuntime)."""
 
     job_name: pulumi.Output[str]

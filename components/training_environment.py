@@ -88,8 +88,11 @@ class StackOutputs:
     job_name: pulumi.Output[str]
     image: pulumi.Output[str]
     """the image the job runs, pinned by digest when built"""
-    claim_name: pulumi.Output[str]
+    claim_name: pulumi.Output[str | None]
+    """the checkpoint claim; none when checkpoints go to object storage"""
     checkpoint_path: pulumi.Output[str]
+    """where this job's checkpoints are: `<mountPath>/<job.name>` on the claim, or
+    `s3://<bucket>[/<prefix>]/<job.name>`"""
     logs_command: pulumi.Output[str]
     status_command: pulumi.Output[str]
     checkpoint_command: pulumi.Output[str]
@@ -102,7 +105,7 @@ class StackOutputs:
 def stack_outputs(
     settings: StackSettings,
     image: pulumi.Output[str],
-    claim: pulumi.Output[str],
+    claim: pulumi.Output[str | None],
     job: pulumi.Output[str],
 ) -> StackOutputs:
     """Where the job runs, what it runs, where checkpoints go, and how to watch it."""
@@ -119,7 +122,7 @@ def stack_outputs(
             kubectl(settings, "get", api.status_resource(names.job), "--watch")
         ),
         # The job's pods may be gone when the checkpoints are wanted (finished, cleaned up,
-        # destroyed): tools/retrieve.py reads the claim through a pod of its own.
+        # destroyed): tools/retrieve.py reads the claim through a pod of its own (or the bucket).
         checkpoint_command=pulumi.Output.from_input(
             shlex.join(["make", "checkpoint", f"STACK={pulumi.get_stack()}"])
         ),
@@ -243,9 +246,10 @@ class TrainingEnvironment(pulumi.ComponentResource):
     @staticmethod
     def _create_children(
         name: str, settings: StackSettings, child: pulumi.ResourceOptions
-    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
-        """The image, the pull secret, the environment's secret, the claim and the job; returns
-        the image reference, the claim's name and the job's name."""
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str | None], pulumi.Output[str]]:
+        """The image, the pull secret, the environment's and the storage's secrets, the claim
+        and the job; returns the image reference, the claim's name (None without a claim:
+        object storage) and the job's name."""
         image = TrainingImage(f"{name}-image", settings.image, settings.registry, opts=child)
         registry = settings.registry
         objects = stack_objects(
@@ -263,10 +267,17 @@ class TrainingEnvironment(pulumi.ComponentResource):
             job_dependencies.append(
                 EnvironmentSecret(f"{name}-environment", objects.env_secret, opts=child)
             )
-        volume = CheckpointVolume(
-            f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child
-        )
-        job_dependencies.append(volume)
+        if objects.storage_secret is not None:
+            job_dependencies.append(
+                EnvironmentSecret(f"{name}-storage-credentials", objects.storage_secret, opts=child)
+            )
+        claim: pulumi.Output[str | None] = pulumi.Output.from_input(None)
+        if not settings.checkpoints.s3:  # object storage: nothing to create or mount
+            volume = CheckpointVolume(
+                f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child
+            )
+            job_dependencies.append(volume)
+            claim = volume.claim_name
         job = job_component(api_of_settings(settings))(
             f"{name}-job",
             settings.job,
@@ -275,7 +286,7 @@ class TrainingEnvironment(pulumi.ComponentResource):
             depends_on=job_dependencies,
             opts=child,
         )
-        return image.image_ref, volume.claim_name, job.job_name
+        return image.image_ref, claim, job.job_name
 
 
 # The component's outputs, as the component provider host reads them (its annotations): the stack

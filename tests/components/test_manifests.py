@@ -46,6 +46,7 @@ from policy.rules.operator import admission_violations
 from policy.rules.pod_security import run_as_root
 from tests.components.k8s_rules import restricted_violations, validate_manifest
 from trainer.cli import PARALLELISMS, parse_config
+from trainer.storage.s3 import S3Storage
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
 
@@ -535,7 +536,8 @@ def test_job_parallelism_allows_exactly_the_trainers_choices() -> None:
 def test_every_setting_reaches_the_trainer_field_its_argument_declares(tmp_path: Path) -> None:
     """Each TRAINER_ARGUMENTS entry, held to the trainer's own parser: the pods' args, parsed
     by trainer/cli.py as the trainer parses them, set each declared field to the setting's
-    value (every argument present, none at the trainer's default)."""
+    value (every argument present, none at the trainer's default). An s3 stack's own (the
+    bucket's creation, which no claim stack has) in the next test."""
     (tmp_path / "earlier-run").mkdir()
     settings = settings_for(
         checkpoints={"mountPath": str(tmp_path)},
@@ -558,6 +560,8 @@ def test_every_setting_reaches_the_trainer_field_its_argument_declares(tmp_path:
     config = parse_config(args[args.index("--") + 1 :])
     defaults = parse_config(["1", "1"])
     for argument in TRAINER_ARGUMENTS:
+        if argument.field in S3_ONLY_FIELDS:
+            continue
         value = argument.value(settings)
         assert value is not None, argument.field
         assert getattr(config, argument.field) == value, argument.field
@@ -565,3 +569,28 @@ def test_every_setting_reaches_the_trainer_field_its_argument_declares(tmp_path:
     assert trainer_argument("init_from") is not None
     assert trainer_argument("init_from").setting == "job.initFrom"  # type: ignore[union-attr]
     assert trainer_argument("seed") is None  # the trainer's own, no stack setting carries it
+
+
+# The arguments only an s3 stack gives the trainer.
+S3_ONLY_FIELDS = ("create_bucket",)
+
+
+def test_an_s3_stacks_arguments_reach_the_trainer_fields_they_declare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's s3:// URL and the bucket's creation (a switch), parsed by trainer/cli.py; the
+    bucket is not asked (its answer is the trainer's business at the pod's start)."""
+    monkeypatch.setattr(S3Storage, "unusable", lambda self: None)
+    settings = settings_for(
+        checkpoints={"storage": "s3", "bucket": "team-ckpt", "createBucket": True},
+        job={"name": "run-s3"},
+    )
+    args = trainer_args(settings)
+    config = parse_config(args[args.index("--") + 1 :])
+    defaults = parse_config(["1", "1"])
+    assert config.checkpoint_dir == "s3://team-ckpt/run-s3" == settings.checkpoint_dir
+    for field in S3_ONLY_FIELDS:
+        argument = trainer_argument(field)
+        assert argument is not None and argument.switch, field
+        assert getattr(config, field) is True and getattr(defaults, field) is False, field
+    assert trainer_argument("create_bucket").setting == "checkpoints.createBucket"  # type: ignore[union-attr]

@@ -1090,3 +1090,304 @@ def test_a_prebuilt_image_needs_no_trainer_directory_beside_the_package(
     for image in ({}, {**prebuilt, "context": "mine"}):
         with pytest.raises(SettingsError, match=r"image\.context = .*no such directory"):
             parse_settings(with_values(image=image))
+
+
+# Issue 33: checkpoints in S3-compatible object storage.
+S3: dict[str, Any] = {"storage": "s3", "bucket": "team-ckpt"}
+
+
+def s3_values(job: dict[str, Any] | None = None, **checkpoints: Any) -> dict[str, Any]:
+    return with_values(checkpoints={**S3, **checkpoints}, job=job or {})
+
+
+def test_a_stack_keeps_its_checkpoints_on_a_claim_unless_told_otherwise() -> None:
+    settings = parse_settings(MINIMAL)
+    checkpoints = settings.checkpoints
+    assert (checkpoints.storage, checkpoints.s3, checkpoints.bucket) == ("claim", False, None)
+    assert (checkpoints.region, checkpoints.create_bucket) == ("us-east-1", False)
+    assert checkpoints.root == "/checkpoints"
+    assert settings.checkpoint_dir == "/checkpoints/pytorch-ddp"
+    assert settings.checkpoint_claim == "pytorch-ddp-checkpoints"
+    assert checkpoints.client_environment == {} and settings.storage_env == {}
+
+
+def test_an_s3_stacks_run_lives_under_its_bucket_and_prefix() -> None:
+    settings = parse_settings(
+        s3_values(job={"name": "run-s3"}, prefix="runs/team-a", endpoint="http://minio:9000")
+    )
+    assert settings.checkpoints.root == "s3://team-ckpt/runs/team-a"
+    assert settings.checkpoint_dir == "s3://team-ckpt/runs/team-a/run-s3"
+    assert settings.checkpoint_claim is None
+    assert settings.checkpoints.client_environment == {
+        "AWS_ENDPOINT_URL_S3": "http://minio:9000",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    assert not settings.checkpoints.has_credentials
+    # Without a prefix the run is at the bucket's top; without an endpoint, AWS.
+    bare = parse_settings(s3_values(region="eu-west-3"))
+    assert bare.checkpoint_dir == "s3://team-ckpt/pytorch-ddp"
+    assert bare.checkpoints.client_environment == {"AWS_DEFAULT_REGION": "eu-west-3"}
+
+
+def test_s3_credentials_are_secrets_never_shown() -> None:
+    async def check() -> None:
+        key_id, key = pulumi.Output.secret("AKIA-never-shown"), pulumi.Output.secret("never-shown")
+        settings = parse_settings(s3_values(accessKeyId=key_id, secretAccessKey=key))
+        checkpoints = settings.checkpoints
+        assert (checkpoints.access_key_id, checkpoints.secret_access_key) == (key_id, key)
+        assert checkpoints.has_credentials
+        assert "never-shown" not in repr(settings) and "access_key" not in repr(checkpoints)
+        assert set(settings.storage_env) == {
+            "AWS_DEFAULT_REGION",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        }
+        await key_id.future(), await key.future()
+
+    in_a_loop_of_its_own(check)
+
+
+S3_REFUSALS = [
+    (
+        "s3-without-bucket",
+        with_values(checkpoints={"storage": "s3"}),
+        "missing config pytorch-distributed:checkpoints.bucket: required when "
+        "checkpoints.storage is s3",
+    ),
+    (
+        "unknown-storage",
+        with_values(checkpoints={"storage": "nfs"}),
+        "invalid config pytorch-distributed:checkpoints.storage = 'nfs': expected one of claim, s3",
+    ),
+    *[
+        (
+            f"{key}-with-a-claim",
+            with_values(checkpoints={key: value}),
+            f"invalid config pytorch-distributed:checkpoints.{key} = {shown!r}: "
+            f"checkpoints.{key} is for checkpoints.storage: s3",
+        )
+        for key, value, shown in [
+            ("bucket", "team-ckpt", "team-ckpt"),
+            ("prefix", "runs", "runs"),
+            ("endpoint", "https://minio.example.com", "https://minio.example.com"),
+            ("region", "us-east-1", "us-east-1"),  # written, even if it is the default
+            ("createBucket", False, False),
+            ("accessKeyId", REDACTED, REDACTED),
+            ("secretAccessKey", "plain-never-shown", REDACTED),
+        ]
+    ],
+    *[
+        (
+            f"{key}-with-s3",
+            s3_values(**{key: value}),
+            f"invalid config pytorch-distributed:checkpoints.{key} = {value!r}: "
+            f"checkpoints.{key} is for checkpoints.storage: claim, and with s3 there is no claim",
+        )
+        for key, value in [
+            ("size", "1Ti"),
+            ("storageClass", "fast"),
+            ("accessMode", "ReadWriteMany"),  # written, even if it is the default
+            ("mountPath", "/checkpoints"),
+            ("retainOnDestroy", True),
+            ("existingClaim", "shared"),
+        ]
+    ],
+    (
+        "only-the-key-id",
+        s3_values(accessKeyId=REDACTED),
+        "missing config pytorch-distributed:checkpoints.secretAccessKey: "
+        "checkpoints.accessKeyId is set: the credentials go together, set both",
+    ),
+    (
+        "only-the-secret-key",
+        s3_values(secretAccessKey=REDACTED),
+        "missing config pytorch-distributed:checkpoints.accessKeyId: "
+        "checkpoints.secretAccessKey is set: the credentials go together, set both",
+    ),
+    (
+        "plain-credentials",
+        s3_values(accessKeyId="AKIAPLAINNEVERSHOWN1", secretAccessKey=REDACTED),
+        "invalid config pytorch-distributed:checkpoints.accessKeyId = '<redacted>': expected a "
+        "secret of the stack's config: pulumi config set --secret --path "
+        "checkpoints.accessKeyId VALUE",
+    ),
+    (
+        "endpoint-not-http",
+        s3_values(endpoint="s3.example.com"),
+        "invalid config pytorch-distributed:checkpoints.endpoint = 's3.example.com': expected "
+        "the http:// or https:// URL",
+    ),
+    (
+        "endpoint-with-credentials",
+        s3_values(endpoint="https://user:pw@minio.example.com"),
+        "invalid config pytorch-distributed:checkpoints.endpoint = ",
+    ),
+    *[
+        (
+            f"bucket-{name}",
+            s3_values(bucket=bucket),
+            f"invalid config pytorch-distributed:checkpoints.bucket = {bucket!r}: expected an S3 "
+            "bucket name: 3-63 characters of lowercase letters, digits, '.' and '-', starting "
+            "and ending with a letter or digit",
+        )
+        for name, bucket in [
+            ("too-short", "ab"),
+            ("too-long", "a" * 64),
+            ("uppercase", "Team-ckpt"),
+            ("underscore", "team_ckpt"),
+            ("ending-in-a-hyphen", "team-"),
+            ("starting-with-a-dot", ".team"),
+        ]
+    ],
+    *[
+        (
+            f"prefix-{name}",
+            s3_values(prefix=prefix),
+            f"invalid config pytorch-distributed:checkpoints.prefix = {prefix!r}: expected a key "
+            "prefix such as runs/team-a",
+        )
+        for name, prefix in [
+            ("leading-slash", "/runs"),
+            ("trailing-slash", "runs/"),
+            ("double-slash", "runs//a"),
+            ("dot-dot", "runs/../a"),
+            ("space", "my runs"),
+        ]
+    ],
+    (
+        "region-uppercase",
+        s3_values(region="US-EAST-1"),
+        "invalid config pytorch-distributed:checkpoints.region = 'US-EAST-1': expected a region",
+    ),
+    (
+        "fsdp-on-s3",
+        s3_values(job={"parallelism": "fsdp"}),
+        "invalid config pytorch-distributed:job.parallelism = 'fsdp': fsdp writes sharded "
+        "checkpoints, which need a filesystem, and checkpoints.storage is s3",
+    ),
+    (
+        "create-bucket-with-own-code",
+        s3_values(job={"command": ["train.py"]}, createBucket=True),
+        "invalid config pytorch-distributed:checkpoints.createBucket = True: only the "
+        "project's trainer creates the bucket",
+    ),
+    (
+        "env-the-stack-sets",
+        s3_values(job={"env": {"AWS_DEFAULT_REGION": "eu-west-1"}}),
+        "invalid config pytorch-distributed:job.env.AWS_DEFAULT_REGION = 'eu-west-1': "
+        "checkpoints.storage: s3 sets AWS_DEFAULT_REGION in the pods",
+    ),
+    (
+        "secret-env-the-stack-sets",
+        s3_values(
+            job={"secretEnv": {"AWS_SECRET_ACCESS_KEY": REDACTED}},
+            accessKeyId=REDACTED,
+            secretAccessKey=REDACTED,
+        ),
+        "invalid config pytorch-distributed:job.secretEnv.AWS_SECRET_ACCESS_KEY = '<redacted>': "
+        "checkpoints.storage: s3 sets AWS_SECRET_ACCESS_KEY",
+    ),
+    (
+        "init-from-the-claim-on-s3",
+        s3_values(job={"initFrom": "/checkpoints/old"}),
+        "invalid config pytorch-distributed:job.initFrom = '/checkpoints/old': expected a "
+        "checkpoint directory or file in the bucket, under s3://team-ckpt/",
+    ),
+    (
+        "init-from-another-bucket",
+        s3_values(job={"initFrom": "s3://other/old"}),
+        "invalid config pytorch-distributed:job.initFrom = 's3://other/old': expected a "
+        "checkpoint directory or file in the bucket, under s3://team-ckpt/",
+    ),
+    (
+        "init-from-its-own-run-on-s3",
+        s3_values(job={"initFrom": "s3://team-ckpt/pytorch-ddp/epoch-3"}),
+        "invalid config pytorch-distributed:job.initFrom = 's3://team-ckpt/pytorch-ddp/epoch-3': "
+        "this is the job's own checkpoint directory s3://team-ckpt/pytorch-ddp",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [case[1:] for case in S3_REFUSALS],
+    ids=[case[0] for case in S3_REFUSALS],
+)
+def test_s3_settings_are_refused_naming_the_key_and_what_is_allowed(
+    values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SettingsError) as raised:
+        parse_settings(values)
+    assert str(raised.value).startswith(message), str(raised.value)
+    assert "never-shown" not in str(raised.value).lower()
+
+
+def test_an_s3_stack_may_warm_start_from_another_run_in_its_bucket_and_keep_its_env() -> None:
+    settings = parse_settings(
+        s3_values(
+            job={"initFrom": "s3://team-ckpt/runs/old/epoch-3", "env": {"AWS_MAX_ATTEMPTS": "5"}},
+            prefix="runs",
+        )
+    )
+    assert settings.job.init_from == "s3://team-ckpt/runs/old/epoch-3"
+    # A claim stack's job may set the variables an s3 stack sets itself: nothing sets them.
+    claim = parse_settings(with_values(job={"env": {"AWS_DEFAULT_REGION": "eu-west-1"}}))
+    assert claim.job.env == {"AWS_DEFAULT_REGION": "eu-west-1"}
+
+
+def test_a_stack_files_s3_credentials_are_their_ciphertext(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.s3.yaml").write_text(
+        "config:\n"
+        "  pytorch-distributed:image: {repository: registry.example.com/t}\n"
+        "  pytorch-distributed:checkpoints:\n"
+        "    storage: s3\n"
+        "    bucket: team-ckpt\n"
+        "    accessKeyId:\n"
+        "      secure: AAABAKeyId\n"
+        "    secretAccessKey:\n"
+        "      secure: AAABASecret\n",
+        encoding="utf-8",
+    )
+    checkpoints = load_stack_file("s3", tmp_path).checkpoints
+    assert (checkpoints.access_key_id, checkpoints.secret_access_key) == (REDACTED, REDACTED)
+    (tmp_path / "Pulumi.plain.yaml").write_text(
+        "config:\n"
+        "  pytorch-distributed:image: {repository: registry.example.com/t}\n"
+        "  pytorch-distributed:checkpoints:\n"
+        "    {storage: s3, bucket: b-1, accessKeyId: AKIAPLAIN, secretAccessKey: plain-secret}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(SettingsError) as refused:
+        load_stack_file("plain", tmp_path)
+    assert "checkpoints.accessKeyId = '<redacted>'" in str(refused.value)
+    assert "AKIAPLAIN" not in str(refused.value) and "plain-secret" not in str(refused.value)
+
+
+def test_the_program_reads_s3_credentials_as_secrets_only_when_the_engine_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pulumi config set --secret --path checkpoints.accessKeyId` makes the whole `checkpoints`
+    key a secret one: the program then wraps each credential; plain ones are refused."""
+    checkpoints = {**S3, "accessKeyId": "AKIADECRYPTED", "secretAccessKey": "decrypted"}
+    config = {
+        "pytorch-distributed:image": json.dumps({"repository": "r.example.com/t"}),
+        "pytorch-distributed:checkpoints": json.dumps(checkpoints),
+    }
+
+    def load() -> Any:
+        import pulumi.runtime.config as runtime_config
+
+        runtime_config.set_all_config(config, ["pytorch-distributed:checkpoints"])
+        return load_settings()
+
+    async def check() -> list[tuple[bool, str]]:
+        settings = load().checkpoints
+        assert settings.bucket == "team-ckpt"  # the other keys stay plain values
+        secrets = [settings.access_key_id, settings.secret_access_key]
+        assert all(isinstance(secret, pulumi.Output) for secret in secrets)
+        return [(await secret.is_secret(), await secret.future()) for secret in secrets]
+
+    assert in_a_loop_of_its_own(check) == [(True, "AKIADECRYPTED"), (True, "decrypted")]
+    with pytest.raises(pulumi.RunError, match=r"checkpoints\.accessKeyId = '<redacted>'") as raised:
+        _load_with_cli_env(monkeypatch, config)
+    assert "DECRYPTED" not in str(raised.value).upper()

@@ -198,3 +198,39 @@ def test_gpus_of_another_resource_are_compared_with_the_processes(analyzer: Stub
     job = result.one(PYTORCHJOB_TYPE)
     master = job.inputs["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert master["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "2"
+
+
+# Issue 33: a stack whose checkpoints are in object storage has no claim for the claim rules to
+# judge, and its credentials reach the pods by reference only.
+S3_CHECKPOINTS = {
+    "size": None,
+    "accessMode": None,
+    "mountPath": None,
+    "retainOnDestroy": None,
+    "storage": "s3",
+    "bucket": "team-ckpt",
+    "endpoint": "https://minio.example.com",
+}
+S3_CREDENTIALS = {
+    "checkpoints.accessKeyId": "AKIAPOLICYNOTREAL001",
+    "checkpoints.secretAccessKey": "policy-secret-not-real",
+}
+
+
+@pytest.mark.parametrize(
+    ("stack", "config"),
+    [("dev", {}), ("prod", policy_config("prod"))],
+    ids=["dev-without-its-opt-outs", "prod"],
+)
+def test_an_s3_stack_passes_without_a_claim_to_protect(
+    analyzer: Stub, stack: str, config: dict[str, Any]
+) -> None:
+    result = run_program(
+        stack,
+        overrides={"checkpoints": S3_CHECKPOINTS},
+        secrets=SECRETS[stack],
+        secret_paths=S3_CREDENTIALS,
+    )
+    assert result.error is None, result.error
+    assert PVC_TYPE not in {r.type for r in result.resources}
+    assert mandatory(diagnostics(analyzer, result, config)) == []

@@ -259,3 +259,41 @@ def test_your_own_codes_secret_environment_renders_redacted_and_by_reference(
             assert base64.b64decode(registered[key].pop("data")["HF_TOKEN"]).decode() == token
             document.pop("data")
         assert document == registered[key]
+
+
+def test_an_s3_stack_renders_no_claim_and_hides_its_credentials(tmp_path: Path) -> None:
+    """Issue 33: the stack's Secret holds the marker, never the ciphertext (or a value), and the
+    job reads it by reference; there is no claim to render."""
+    stacks, out = tmp_path / "stacks", tmp_path / "out"
+    stacks.mkdir()
+    (stacks / "Pulumi.s3.yaml").write_text(
+        "config:\n"
+        "  pytorch-distributed:image: {repository: registry.example.com/ml/trainer}\n"
+        "  pytorch-distributed:checkpoints:\n"
+        "    storage: s3\n"
+        "    bucket: team-ckpt\n"
+        "    accessKeyId:\n"
+        "      secure: AAABAKeyIdCiphertext\n"
+        "    secretAccessKey:\n"
+        "      secure: AAABASecretCiphertext\n"
+        "  pytorch-distributed:job: {name: run-s3}\n",
+        encoding="utf-8",
+    )
+
+    render(load_stack_file("s3", stacks), out)
+
+    documents = load_dir(out)
+    assert sorted(documents) == [
+        "01-secret-run-s3-s3-credentials.yaml",
+        "02-pytorchjob-run-s3.yaml",
+    ]
+    secret = documents["01-secret-run-s3-s3-credentials.yaml"]
+    assert {key: base64.b64decode(value).decode() for key, value in secret["data"].items()} == {
+        "AWS_ACCESS_KEY_ID": "<redacted>",
+        "AWS_SECRET_ACCESS_KEY": "<redacted>",
+    }
+    text = "".join(path.read_text() for path in out.glob("*.yaml"))
+    assert "Ciphertext" not in text and "persistentVolumeClaim" not in text
+    assert "s3://team-ckpt/run-s3" in text
+    for document in documents.values():
+        validate_manifest(document)
