@@ -20,6 +20,11 @@ readable by all, in directories of the claim's fsGroup). A claim written by some
 older run as root, another image's user) must be readable by that user: when it is not, the tool
 says so in one line with the file it could not read and what to set.
 
+A stack with `checkpoints.storage: s3` needs no pod: the bucket answers this machine as it
+answers the pods, so the copy is made here through the trainer's storage backend, with the
+stack's endpoint and region (unless AWS_ENDPOINT_URL_S3 and AWS_DEFAULT_REGION say otherwise
+here) and this environment's credentials, and verified the same way.
+
 A `job.command` of your own writes what it likes to the job's directory (`CHECKPOINT_DIR`):
 with the trainer's `manifest.json` there, the copy is the trainer's and verified; without one,
 the directory is copied whole, as it is, and the tool says so (nothing tells which file is a
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import re
 import secrets
 import shlex
@@ -464,8 +470,15 @@ def retrieve(
     image: str | None = None,
     say: Any = print,
 ) -> Copied:
-    """Copy the run's directory from the claim to `out` through a reader pod (see `copy_run`).
-    An API server that cannot be reached or refuses is a RetrieveError (exit code 2) naming it."""
+    """Copy the run's directory from the claim to `out` through a reader pod (see `copy_run`),
+    or, for a run in object storage, from the bucket straight to this machine (see
+    `copy_from_storage`). An API server that cannot be reached or refuses is a RetrieveError
+    (exit code 2) naming it."""
+    if settings.checkpoints.s3:
+        with bucket_client_environment(settings):
+            return copy_from_storage(
+                settings.checkpoint_dir, out, epoch=epoch, every=every, say=say
+            )
     from kubernetes.client import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -537,6 +550,25 @@ def copy_run(
         say(f"{where}: epoch {entry.epochs_completed}, sha256 {entry.sha256} verified")
         copied.append(out / entry.file)
     return Copied(copied, verified=True)
+
+
+@contextlib.contextmanager
+def bucket_client_environment(settings: StackSettings) -> Iterator[None]:
+    """The stack's endpoint and region for this process's S3 client, where this environment does
+    not name its own (an endpoint the pods reach by a name this machine does not resolve, such
+    as a Service's, is overridden by exporting AWS_ENDPOINT_URL_S3). The credentials are this
+    environment's: the stack's are secrets the cluster holds."""
+    added = {
+        name: value
+        for name, value in settings.checkpoints.client_environment.items()
+        if not os.environ.get(name)
+    }
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def copy_from_storage(
@@ -639,7 +671,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.retrieve",
-        description="Copy a stack's checkpoints from its claim, through a short-lived pod.",
+        description="Copy a stack's checkpoints from its claim, through a short-lived pod (or "
+        "from its bucket, for checkpoints in object storage).",
     )
     add_stack_arguments(parser)
     parser.add_argument(

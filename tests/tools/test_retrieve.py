@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -31,6 +32,7 @@ from tools.retrieve import (
     unreadable,
 )
 from trainer.checkpoint import CheckpointEntry
+from trainer.storage import s3
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "a" * 64
 
@@ -682,5 +684,61 @@ def test_a_missing_bucket_is_exit_code_2_naming_it(s3_bucket: str, tmp_path: Pat
 
     with pytest.raises(RetrieveError, match=f"{s3_bucket}-gone, which does not exist") as refused:
         copy_from_storage(f"s3://{s3_bucket}-gone/run", tmp_path / "out", say=lambda _: None)
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_make_checkpoint_of_an_s3_stack_reads_its_bucket_with_its_endpoint_and_region(
+    s3_server: Any, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No reader pod: the stack's endpoint and region, this environment's key."""
+    from tests.trainer.conftest import fake_state
+    from tools.retrieve import retrieve
+    from trainer.checkpoint import CheckpointStore
+
+    settings = parse_settings(
+        {
+            "image": {"repository": "registry.example.com/ml/trainer"},
+            "checkpoints": {
+                "storage": "s3",
+                "bucket": s3_bucket,
+                "prefix": "runs",
+                "endpoint": s3_server.url,
+            },
+            "job": {"name": "ddp-s3"},
+        },
+        stack="s3",
+    )
+    assert settings.checkpoint_dir == f"s3://{s3_bucket}/runs/ddp-s3"
+    CheckpointStore(settings.checkpoint_dir).commit(fake_state(1.0, 1), 1, 0)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    s3.forget_clients()
+    said: list[str] = []
+    copied = retrieve(settings, tmp_path / "out", say=said.append)
+    assert copied.verified and copied.paths == [tmp_path / "out" / "checkpoint-e000001-s000000.pt"]
+    assert "AWS_ENDPOINT_URL_S3" not in os.environ  # the stack's, for the copy only
+
+
+def test_make_checkpoint_of_an_s3_stack_says_which_bucket_is_missing(
+    s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    s3.forget_clients()
+    settings = parse_settings(
+        {
+            "image": {"repository": "registry.example.com/ml/trainer"},
+            "checkpoints": {"storage": "s3", "bucket": "never-made"},
+            "job": {"name": "ddp-s3"},
+        },
+        stack="s3",
+    )
+    from tools.retrieve import retrieve
+
+    with pytest.raises(
+        RetrieveError, match="in bucket never-made, which does not exist"
+    ) as refused:
+        retrieve(settings, tmp_path / "out", say=lambda _: None)
     assert refused.value.exit_code == 2
     assert not (tmp_path / "out").exists()
