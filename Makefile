@@ -17,6 +17,7 @@ OUT ?=## make checkpoint: where the copies go (default .checkpoints/<STACK>-retr
 RETRIEVE_ARGS ?=## make checkpoint: more flags (--all, --epoch 4, --image IMAGE)
 STATUS_ARGS ?=## make status: more flags (--no-follow, --tail N)
 BACKEND ?= process## make local: process (torchrun here) or container (each replica a container of IMAGE)
+CHECKPOINT_ROOT ?=## make local: where the run's checkpoints go: a directory (default .checkpoints/<STACK>) or s3://BUCKET[/PREFIX]
 # The image's name and podman's OCI runtime for the image targets and the container backend come
 # from tools/containers/defaults.env, which the scripts and the container backend read too.
 include tools/containers/defaults.env
@@ -111,6 +112,7 @@ e2e: $(STAMP) $(POLICY_STAMP) $(if $(PD_E2E_PULUMI),,e2e-tools) ## The real engi
 
 local: $(STAMP) $(if $(filter container,$(BACKEND)),image) ## Run the STACK's (default dev) training job here (BACKEND=process|container).
 	$(BIN)/python -m tools.run_local --stack $(STACK) --backend $(BACKEND) \
+	    $(if $(CHECKPOINT_ROOT),--checkpoint-root $(CHECKPOINT_ROOT)) \
 	    $(if $(filter container,$(BACKEND)),$(if $(IMAGE),--image $(IMAGE)) $(if $(CONTAINER_RUNTIME),--container-runtime $(CONTAINER_RUNTIME)))
 
 base-image: $(STAMP) ## Build (or find, cached in podman's store) the stand-in base image `make image` uses.

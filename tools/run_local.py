@@ -35,6 +35,12 @@ Deliberate local deviations, all printed at start:
   `image.context`, where a `job.command` runs too), the checkpoint claim's mountPath maps to
   `--checkpoint-root` (default `.checkpoints/<stack>/`), a `job.volumes` claim's to `--volume
   CLAIM=DIR` (default `.claims/<claim>/`; processes could write a read-only one);
+* `--checkpoint-root s3://BUCKET[/PREFIX]` (`make local CHECKPOINT_ROOT=s3://...`) keeps the
+  run's checkpoints in object storage, as a stack with `checkpoints.storage: s3` does: the
+  trainer's `--checkpoint-dir` and CHECKPOINT_DIR are `s3://BUCKET/PREFIX/<job>`, nothing is
+  mounted, and the server is the one this environment names (AWS_ENDPOINT_URL_S3, say a
+  `python -m tools.s3_server` on this machine; else the stack's `checkpoints.endpoint`), with
+  this environment's key (containers get AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY passed in);
 * a `job.secretEnv` variable, whose value only the cluster's Secret holds, takes the value of the
   same name in this user's environment (and is said missing without it);
 * GPUs are used only when the machine has enough for every replica; otherwise the job runs on
@@ -67,17 +73,30 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import ValidationError
 
 from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
 from components.manifests import trainer_argument
-from components.settings import REPO_ROOT, SettingsError, StackSettings, job_key, load_stack_file
+from components.setting_values import Allowed, S3Bucket, S3Prefix
+from components.settings import (
+    REPO_ROOT,
+    S3_ENDPOINT_ENV,
+    S3_REGION_ENV,
+    CheckpointSettings,
+    SettingsError,
+    StackSettings,
+    job_key,
+    load_stack_file,
+)
 from tools.local_backends import LocalBackend
 from tools.local_backends.container import (
     DEFAULT_IMAGE,
@@ -91,6 +110,7 @@ from tools.local_backends.process import PathMapper, ProcessBackend, path_mapper
 from tools.ports import free_port
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, Supervisor
+from trainer.storage import FILE_SCHEME, scheme_of
 
 BACKENDS = ("process", "container")
 PID_DIR_NAME = ".run_local"
@@ -127,8 +147,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_stack_arguments(parser)
     parser.add_argument(
         "--checkpoint-root",
-        type=Path,
-        help="local directory standing in for the checkpoint claim (default .checkpoints/<stack>)",
+        help="local directory standing in for the checkpoint claim (default .checkpoints/<stack>)"
+        ", or s3://BUCKET[/PREFIX]: the run keeps its checkpoints there, as a stack with "
+        "checkpoints.storage: s3 does (the server: AWS_ENDPOINT_URL_S3 and the key in this "
+        "environment)",
     )
     for attribute, flag in OVERRIDE_FLAGS.items():
         parser.add_argument(
@@ -185,6 +207,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.container_env = dict(parse_env_assignment(text) for text in args.container_env)
     except ContainerBackendError as error:
         parser.error(str(error))
+    args.bucket_root = None
+    if args.checkpoint_root is not None:
+        if scheme_of(args.checkpoint_root) == "s3":
+            args.bucket_root, args.checkpoint_root = args.checkpoint_root.rstrip("/"), None
+            if not re.fullmatch(r"s3://[^/]+(/[^/]+)*", args.bucket_root):
+                parser.error(
+                    f"--checkpoint-root = {args.bucket_root!r}: expected a directory or "
+                    "s3://BUCKET[/PREFIX]"
+                )
+        elif scheme_of(args.checkpoint_root) != FILE_SCHEME:
+            parser.error(
+                f"--checkpoint-root = {args.checkpoint_root!r}: expected a directory or "
+                "s3://BUCKET[/PREFIX]"
+            )
+        else:
+            args.checkpoint_root = Path(args.checkpoint_root.removeprefix("file://"))
     volumes = {}
     for text in args.volume:
         claim, sep, directory = text.partition("=")
@@ -211,6 +249,43 @@ def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackS
             "trainer reads; the stack runs job.command: give your script its own arguments there"
         )
     return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **changes))
+
+
+# The parts of an s3:// root, by their settings' names, and the rules they follow there.
+S3_PARTS = {"bucket": S3Bucket, "prefix": S3Prefix}
+
+
+def in_object_storage(settings: StackSettings, bucket_root: str | None) -> StackSettings:
+    """The run's checkpoints in object storage: `--checkpoint-root s3://BUCKET[/PREFIX]` makes
+    any stack's run keep them there, as a stack with `checkpoints.storage: s3` does; and a run in
+    object storage talks to the server this environment names (AWS_ENDPOINT_URL_S3: one on this
+    machine, say) rather than the stack's (one the pods reach, by a name this machine may not
+    resolve)."""
+    checkpoints = settings.checkpoints
+    if bucket_root is not None:
+        bucket, _, prefix = bucket_root.removeprefix("s3://").partition("/")
+        try:
+            checkpoints = CheckpointSettings(
+                storage="s3",
+                bucket=bucket,
+                prefix=prefix or None,
+                endpoint=checkpoints.endpoint,
+                region=checkpoints.region,
+                create_bucket=checkpoints.create_bucket,
+                access_key_id=checkpoints.access_key_id,
+                secret_access_key=checkpoints.secret_access_key,
+            )
+        except ValidationError as error:  # the bucket's or the prefix's rule
+            part = str(error.errors()[0]["loc"][0])
+            allowed = next(str(a) for a in get_args(S3_PARTS[part]) if isinstance(a, Allowed))
+            raise LocalRunError(
+                f"--checkpoint-root = {bucket_root!r}: the {part}: {allowed}"
+            ) from None
+    if checkpoints.s3:
+        endpoint = os.environ.get(S3_ENDPOINT_ENV) or checkpoints.endpoint
+        region = os.environ.get(S3_REGION_ENV) or checkpoints.region
+        checkpoints = dataclasses.replace(checkpoints, endpoint=endpoint, region=region)
+    return dataclasses.replace(settings, checkpoints=checkpoints)
 
 
 def data_dirs(
@@ -383,7 +458,7 @@ def code_dir(settings: StackSettings, repo_root: Path) -> Path | None:
     return repo_root / settings.image.context
 
 
-def checkpoint_summary(checkpoint_dir: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
+def checkpoint_summary(checkpoint_dir: str | Path, env: Mapping[str, str]) -> dict[str, Any] | None:
     """What the trainer's own inspector says about the checkpoint; None when there is none."""
     result = subprocess.run(
         [sys.executable, "-m", "trainer.checkpoint", str(checkpoint_dir)],
@@ -422,15 +497,20 @@ def headline(
     return f"{stopped} at epoch {epoch} ({what}); the same command resumes it"
 
 
-def directory_listing(directory: Path) -> str:
+def directory_listing(directory: str | Path) -> str:
     """What a command of your own left in its CHECKPOINT_DIR: its entries, or that it is empty."""
+    if not isinstance(directory, Path):
+        return f"in object storage, {directory}"
     entries = sorted(path.name for path in directory.iterdir()) if directory.is_dir() else []
     shown = ", ".join(entries[:8]) + (f" and {len(entries) - 8} more" if len(entries) > 8 else "")
     return shown or "nothing yet"
 
 
 def print_summary(
-    outcome: JobOutcome, settings: StackSettings, checkpoint_dir: Path, env: Mapping[str, str]
+    outcome: JobOutcome,
+    settings: StackSettings,
+    checkpoint_dir: str | Path,
+    env: Mapping[str, str],
 ) -> None:
     trainer = settings.job.runs_trainer
     info = checkpoint_summary(checkpoint_dir, env) if trainer else None
@@ -464,13 +544,22 @@ def print_summary(
     print("\n".join(lines), flush=True)
 
 
+def object_storage_key(settings: StackSettings) -> dict[str, str]:
+    """This environment's S3 key for the containers of a run in object storage whose stack names
+    none (a process inherits this environment; a container has only what it is given)."""
+    if not settings.checkpoints.s3 or settings.checkpoints.has_credentials:
+        return {}
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
+
+
 def make_backend(args: argparse.Namespace, settings: StackSettings) -> LocalBackend:
     if args.backend == "container":
         return ContainerBackend(
             image=args.image or stack_image(args.stack, settings),
             engine=args.engine,
             container_runtime=args.container_runtime,
-            extra_env=args.container_env,
+            extra_env={**object_storage_key(settings), **args.container_env},
             repo_root=REPO_ROOT,
         )
     return ProcessBackend(REPO_ROOT, code_dir(settings, REPO_ROOT))
@@ -481,7 +570,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     repo_root = REPO_ROOT
     master_port = free_port()
     try:
-        stack_settings = apply_overrides(load_stack_file(args.stack, args.stack_dir), args)
+        stack_settings = in_object_storage(
+            apply_overrides(load_stack_file(args.stack, args.stack_dir), args), args.bucket_root
+        )
         backend = make_backend(args, stack_settings)
         settings, device_notice = backend.fit_to_machine(stack_settings)
         checkpoint_root = (
@@ -512,8 +603,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContainerBackendError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    checkpoint_dir = Path(
-        PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
+    checkpoint_dir: str | Path = (
+        settings.checkpoint_dir
+        if settings.checkpoints.s3
+        else Path(
+            PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
+        )
     )
     pid_dir = checkpoint_root / PID_DIR_NAME
     supervisor = Supervisor(commands, job_policy(job, runtime), pid_dir=pid_dir)
@@ -531,7 +626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{backend.rendezvous(job, master_port)}, checkpoints in {checkpoint_dir}"
     )
     outcome = supervisor.run()
-    print_summary(outcome, settings, checkpoint_dir, host_environment())
+    summary_env = {**host_environment(), **settings.checkpoints.client_environment}
+    print_summary(outcome, settings, checkpoint_dir, summary_env)
     return outcome.exit_code
 
 

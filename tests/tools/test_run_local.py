@@ -25,6 +25,7 @@ from tests.tools.conftest import overrides
 from tools import procs
 from tools.run_local import LocalRunError, apply_overrides
 from tools.run_local import main as run_local_main
+from trainer.checkpoint import CheckpointStore
 
 JOB = "ddp-dev"  # job.name of the dev stack
 MASTER = f"{JOB}-master-0"
@@ -553,3 +554,48 @@ def test_a_task_of_your_own_package_trains_with_the_trainer_from_its_directory(
     info = inspect_checkpoint(tmp_path / "claim" / JOB)
     assert info["epochs_completed"] == 4
     assert info["config"]["task"] == "mypkg.model:build"
+
+
+# -- a run kept in object storage (--checkpoint-root s3://...) ------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_into_a_bucket_trains_there_and_a_second_run_resumes_from_it(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    root = f"s3://{s3_bucket}/runs"
+    args = ("--stack", "dev", "--checkpoint-root", root, "--dataset-size", "256")
+    first = finish(
+        start_runner("s3-first", *args, "--epochs", "2", "--save-every", "1"), "s3-first"
+    )
+    assert f"checkpoint committed: {root}/{JOB}/checkpoint-e000002" in first, first
+    assert f"checkpoint:       {root}/{JOB}" in first and "epochs completed: 2 of 2" in first
+    second = finish(
+        start_runner("s3-again", *args, "--epochs", "3", "--save-every", "1"), "s3-again"
+    )
+    assert "(2 epochs completed)" in second and "epochs completed: 3 of 3" in second, second
+    entries = CheckpointStore(f"{root}/{JOB}").manifest()
+    assert [entry.epochs_completed for entry in entries] == [2, 3]  # --keep 2
+
+
+def test_a_bucket_that_does_not_exist_is_one_line_before_anything_runs(
+    s3_bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, "--stack", "dev", "--checkpoint-root", f"s3://{s3_bucket}-none/runs")
+    assert f"is in bucket {s3_bucket}-none, which does not exist" in line, line
+
+
+@pytest.mark.parametrize(
+    ("root", "expected"),
+    [
+        ("gs://ckpt/runs", "expected a directory or s3://BUCKET[/PREFIX]"),
+        ("s3://Upper/runs", "the bucket: expected an S3 bucket name: 3-63 characters"),
+        ("s3://ckpt/runs/../x", "the prefix: expected a key prefix such as runs/team-a"),
+    ],
+)
+def test_an_object_storage_root_that_cannot_work_is_refused_naming_the_flag(
+    root: str, expected: str
+) -> None:
+    result = run_local_cli("--stack", "dev", "--checkpoint-root", root)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--checkpoint-root = {root!r}" in result.stderr and expected in result.stderr
