@@ -1,9 +1,12 @@
 """Pods that really run: the stack's job on the control plane's real node (a kubelet with
 containerd and CoreDNS, tools/cluster/real_node.py) pulls the trainer image from an authenticated
 registry with the Secret the stack created, finds the master through the operator's Service,
-trains on the claim, survives a deleted worker pod and resumes after destroy and up; and
+trains on the claim, resumes after a Kueue preemption and after destroy and up; and
 `make checkpoint` (tools/retrieve.py) copies the verified checkpoints through a reader pod, after
-the job finished and after destroy with the claim kept.
+the job finished and after destroy with the claim kept. A second stack keeps the same job's
+checkpoints in object storage (`checkpoints.storage: s3`) on the suite's S3 server, which the pods
+reach at the node's address: no claim, the bucket created by the trainer, the run resumed from it
+after a deleted worker pod, `make checkpoint` copying from the bucket, destroy leaving its data.
 
 The node's namespace enforces Pod Security "restricted" (issue 31): the pods are admitted, run as
 the trainer image's non-root user with no service account token (in the live pod spec and inside
@@ -14,8 +17,8 @@ true` fails `up` in seconds with the API server's reason, and creates no job.
 The trainer image comes from the image scripts (scripts/build-base-image.sh, cached in podman's
 storage, and scripts/build-image.sh) and is pushed to the node's registry. The tests run in file
 order on one stack: first a wrong password (the node has pulled nothing yet, so the pull must
-reach the registry), then a run to the end, the same run with a worker pod deleted in the middle,
-and destroy (the claim kept) + up with more epochs.
+reach the registry), then a run to the end, the same run preempted by Kueue in the middle, and
+destroy (the claim kept) + up with more epochs.
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ from tools.cluster.kueue_plane import (
     workload_priority_class,
 )
 from tools.cluster.real_node import POD_SECURITY_ENFORCE, RealNode
-from trainer.checkpoint import CheckpointStore
+from tools.s3_server import S3Endpoint
+from trainer.checkpoint import CheckpointError, CheckpointStore, describe
+from trainer.storage import s3 as s3_backend
 
 # A cold node pulls the whole 5 GB image once.
 pytestmark = pytest.mark.timeout(1800)
@@ -310,44 +315,6 @@ def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
     UNINTERRUPTED["directory"] = str(checkpoints)
 
 
-def test_a_deleted_worker_pod_is_recreated_and_the_run_resumes_to_the_same_weights(
-    stack: Stack, settings: StackSettings, kube: Kube
-) -> None:
-    if not UNINTERRUPTED:
-        pytest.skip("needs the uninterrupted run of the test before")
-    job = settings.job
-    checkpoints = Path(UNINTERRUPTED["directory"])
-    # The same run again from scratch: the finished one's checkpoints move aside, and `--replace`
-    # makes a new job of the same spec.
-    checkpoints.rename(checkpoints.with_name(f"{job.name}-uninterrupted"))
-    stack.up("--replace", job_urn(stack))
-    worker = f"{job.name}-worker-0"
-    wait_until(
-        lambda: committed_epochs(checkpoints) >= 1,
-        "the first checkpoint",
-        RUN_TIMEOUT_S,
-        diagnose=kube.diagnose(job.name),
-    )
-    (first,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
-    # Inside the running master: the image's non-root user, and no token to find.
-    probe = f"id -u; id -G; if [ -e {TOKEN_DIR} ]; then echo token; else echo no-token; fi"
-    inside = kube.exec(f"{job.name}-master-0", ["sh", "-c", probe]).splitlines()
-    assert inside[0] == str(TRAINER_UID) and inside[-1] == "no-token", inside
-    assert str(TRAINER_GID) in inside[1].split(), inside
-    kube.core.delete_namespaced_pod(worker, kube.namespace)
-    deleted_at = committed_epochs(checkpoints)
-
-    assert "Succeeded" in kube.wait_for_outcome(job.name)
-    assert deleted_at < job.total_epochs, "the run ended before the worker pod was deleted"
-    (second,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
-    assert second.metadata.uid != first.metadata.uid  # the operator made a new pod
-    master_log = kube.log(f"{job.name}-master-0")
-    assert "resuming from /checkpoints/" in master_log, master_log
-    described = inspect_checkpoints(stack.project, checkpoints)
-    assert described["epochs_completed"] == job.total_epochs
-    assert described["model_sha256"] == UNINTERRUPTED["model_sha256"]
-
-
 # -- Kueue: a preempted job checkpoints, and resumes when admitted again ------------------------
 
 NODE_QUEUE = "node"
@@ -577,6 +544,98 @@ def test_a_stack_that_runs_as_root_fails_up_at_once_with_the_api_servers_reason(
         assert "runAsNonRoot" in line and "runAsUser=0" in line, line
     assert kube.job(settings.job.name) is None  # nothing to clean up after
     stack.destroy()
+
+
+# -- checkpoints in object storage (issue 33) ---------------------------------------------------
+
+S3_STACK = "e2e-real-node-s3"
+
+
+def committed_in(root: str) -> int:
+    """The newest committed checkpoint's epochs in a run's bucket (0 before the first)."""
+    try:
+        entries = CheckpointStore(root).manifest()
+    except (CheckpointError, OSError):
+        return 0
+    return entries[-1].epochs_completed if entries else 0
+
+
+def test_an_s3_stack_trains_into_its_bucket_resumes_from_it_and_destroy_leaves_its_data(
+    project: Project,
+    node: RealNode,
+    image: str,
+    kube: Kube,
+    s3_server: S3Endpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The suite's S3 server (tools/s3_server.py) on this machine's loopback, which the pods reach
+    at the node's address: no claim; the trainer creates the bucket, trains into it, and after a
+    deleted worker pod (the operator makes a new one) resumes from it to the claim run's weights;
+    `make checkpoint` copies from the bucket here, with the key and endpoint a user exports;
+    destroy leaves the data. (The claim's resume on real pods: the preemption and destroy-and-up
+    scenarios.)"""
+    port = int(s3_server.url.rpartition(":")[2])
+    pods_endpoint = node.expose_to_pods(port)
+    here = {
+        "AWS_ENDPOINT_URL_S3": s3_server.url,
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+    }
+    stack = project.stack(S3_STACK, env=here)
+    try:
+        stack.config_set("image.ref", image)
+        stack.config_set("registry.server", node.registry.address)
+        stack.config_set("checkpoints.endpoint", pods_endpoint)
+        stack.config_set("checkpoints.accessKeyId", s3_server.access_key, secret=True)
+        stack.config_set("checkpoints.secretAccessKey", s3_server.secret_key, secret=True)
+        settings = stack.settings()
+        job, root = settings.job, settings.checkpoint_dir
+        assert root == f"s3://e2e-checkpoints/real-node/{job.name}"
+        for name, value in s3_server.environment().items():
+            monkeypatch.setenv(name, value)
+        s3_backend.forget_clients()
+
+        stack.up()
+        assert resource_names(settings).claim is None
+        claims = kube.core.list_namespaced_persistent_volume_claim(kube.namespace).items
+        assert not [c.metadata.name for c in claims if job.name in c.metadata.name]
+        wait_until(
+            lambda: committed_in(root) >= 1,
+            "the first checkpoint in the bucket",
+            RUN_TIMEOUT_S,
+            diagnose=kube.diagnose(job.name),
+        )
+        # Inside the running master: the image's non-root user, and no token to find.
+        probe = f"id -u; id -G; if [ -e {TOKEN_DIR} ]; then echo token; else echo no-token; fi"
+        inside = kube.exec(f"{job.name}-master-0", ["sh", "-c", probe]).splitlines()
+        assert inside[0] == str(TRAINER_UID) and inside[-1] == "no-token", inside
+        assert str(TRAINER_GID) in inside[1].split(), inside
+        worker = f"{job.name}-worker-0"
+        (first,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
+        kube.core.delete_namespaced_pod(worker, kube.namespace)
+        deleted_at = committed_in(root)
+        assert "Succeeded" in kube.wait_for_outcome(job.name)
+        assert deleted_at < job.total_epochs, "the run ended before the worker pod was deleted"
+        (second,) = [pod for pod in kube.pods(job.name) if pod.metadata.name == worker]
+        assert second.metadata.uid != first.metadata.uid  # the operator made a new pod
+        assert f"resuming from {root}/" in kube.log(f"{job.name}-master-0")
+        newest = CheckpointStore(root).manifest()[-1]
+        assert newest.epochs_completed == job.total_epochs
+        if UNINTERRUPTED:  # the claim stack's run: the same job, so the same weights
+            assert describe(root)["model_sha256"] == UNINTERRUPTED["model_sha256"]
+
+        done = stack.checkpoint(tmp_path / "out")
+        assert done.returncode == 0, done.stdout + done.stderr
+        copied = tmp_path / "out" / newest.file
+        assert hashlib.sha256(copied.read_bytes()).hexdigest() == newest.sha256
+        assert reader_pods(kube) == []
+
+        stack.destroy()
+        assert kube.job(job.name) is None
+        assert CheckpointStore(root).manifest()[-1] == newest  # the bucket's data stays
+    finally:
+        stack.destroy(check=False)
 
 
 def test_the_node_leaves_nothing_behind(cluster: Cluster, node: RealNode, stack: Stack) -> None:
