@@ -82,6 +82,30 @@ def torchrun_command(
     ]
 
 
+# A run that checkpoints mid-epoch (every 4 of its 16 steps an epoch on 2 ranks), so a kill lands
+# between or during saves: the resume-on-another-world-size tests and the object-storage ones.
+MID_EPOCH_DATASET = 512
+MID_EPOCH_PER_RANK = 16  # on 2 ranks: a global batch of 32
+MID_EPOCH_EPOCHS = 3
+
+
+def mid_epoch_args(root: str | Path) -> list[str]:
+    return [
+        str(MID_EPOCH_EPOCHS),
+        "1",
+        "--checkpoint-dir",
+        str(root),
+        "--dataset-size",
+        str(MID_EPOCH_DATASET),
+        "--batch_size",
+        str(MID_EPOCH_PER_RANK),
+        "--save-every-steps",
+        "4",
+        "--keep",
+        "20",
+    ]
+
+
 def reference_args(directory: Path, total: int = TOTAL_EPOCHS) -> list[str]:
     return [str(total), str(SAVE_EVERY), "--checkpoint-dir", str(directory), *BASE_ARGS]
 

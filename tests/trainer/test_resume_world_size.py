@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.conftest import Background, inspect, manifest_epochs, run_trainer, wait_until
+from tests.trainer.conftest import (
+    MID_EPOCH_DATASET,
+    MID_EPOCH_EPOCHS,
+    MID_EPOCH_PER_RANK,
+    Background,
+    inspect,
+    manifest_epochs,
+    mid_epoch_args,
+    run_trainer,
+    wait_until,
+)
 from trainer.checkpoint import CheckpointStore
 from trainer.checkpoint_schema import MODEL_STATE, TrainingCheckpoint
 from trainer.cli import parse_config
@@ -22,27 +32,11 @@ from trainer.distributed import DistContext
 from trainer.metrics import read_metrics
 from trainer.resume import GLOBAL_BATCH, WORLD_SIZE, ResumeRefusedError, choose_resume_point
 
-DATASET = 512
-PER_RANK = 16  # on 2 ranks: a global batch of 32, 16 steps per epoch
+DATASET = MID_EPOCH_DATASET
+PER_RANK = MID_EPOCH_PER_RANK
 STEPS = DATASET // (2 * PER_RANK)
-EPOCHS = 3
-
-
-def args(directory: Path) -> list[str]:
-    return [
-        str(EPOCHS),
-        "1",
-        "--checkpoint-dir",
-        str(directory),
-        "--dataset-size",
-        str(DATASET),
-        "--batch_size",
-        str(PER_RANK),
-        "--save-every-steps",
-        "4",
-        "--keep",
-        "20",
-    ]
+EPOCHS = MID_EPOCH_EPOCHS
+args = mid_epoch_args
 
 
 StepKey = tuple[int, int]

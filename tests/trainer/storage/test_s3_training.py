@@ -17,10 +17,12 @@ import torch
 from botocore.config import Config
 
 from tests.trainer.conftest import (
+    MID_EPOCH_EPOCHS,
     Background,
     inspect,
     inspect_cli,
     manifest_epochs,
+    mid_epoch_args,
     run_trainer,
     wait_until,
 )
@@ -31,28 +33,10 @@ from trainer.storage import open_storage
 
 pytestmark = pytest.mark.slow
 
-DATASET = 512
-PER_RANK = 16  # on 2 ranks: a global batch of 32, 16 steps per epoch
-EPOCHS = 3
+EPOCHS = MID_EPOCH_EPOCHS
 # Each upload held back half a second once its bytes are out: a kill often lands mid-upload.
 SLOW_UPLOADS = {"TRAINER_CHECKPOINT_WRITE_DELAY": "0.5"}
-
-
-def args(root: str) -> list[str]:
-    return [
-        str(EPOCHS),
-        "1",
-        "--checkpoint-dir",
-        root,
-        "--dataset-size",
-        str(DATASET),
-        "--batch_size",
-        str(PER_RANK),
-        "--save-every-steps",
-        "4",
-        "--keep",
-        "20",
-    ]
+args = mid_epoch_args
 
 
 @pytest.fixture(scope="module")
