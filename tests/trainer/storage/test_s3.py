@@ -166,3 +166,15 @@ def test_the_image_installs_the_boto3_the_tests_run_against() -> None:
     pinned = re.findall(r"^boto3==(\S+)$", (REPO_ROOT / "requirements-dev.txt").read_text(), re.M)
     installed = re.findall(r'"boto3==([^"]+)"', (REPO_ROOT / "trainer/Dockerfile").read_text())
     assert pinned == installed == [boto3.__version__]
+
+
+def test_keep_deletes_the_old_checkpoints_objects_from_the_bucket(s3_bucket: str) -> None:
+    from tests.trainer.conftest import fake_state
+    from trainer.checkpoint import CheckpointStore
+
+    store = CheckpointStore(f"s3://{s3_bucket}/run", keep=2)
+    committed = [store.commit(fake_state(float(epochs), epochs), epochs, 0) for epochs in (1, 2, 3)]
+    assert [entry.file for entry in store.manifest()] == [e.file for e in committed[1:]]
+    keys = sorted(item["Key"] for item in _client().list_objects_v2(Bucket=s3_bucket)["Contents"])
+    assert f"run/{committed[0].file}" not in keys
+    assert {f"run/{e.file}" for e in committed[1:]} | {"run/manifest.json"} <= set(keys)
