@@ -110,7 +110,8 @@ from tools.local_backends.process import PathMapper, ProcessBackend, path_mapper
 from tools.ports import free_port
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, Supervisor
-from trainer.storage import FILE_SCHEME, scheme_of
+from trainer.storage import FILE_SCHEME, StorageError, scheme_of
+from trainer.storage.s3 import open_root as open_s3_root
 
 BACKENDS = ("process", "container")
 PID_DIR_NAME = ".run_local"
@@ -209,13 +210,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(str(error))
     args.bucket_root = None
     if args.checkpoint_root is not None:
-        if scheme_of(args.checkpoint_root) == "s3":
-            args.bucket_root, args.checkpoint_root = args.checkpoint_root.rstrip("/"), None
-            if not re.fullmatch(r"s3://[^/]+(/[^/]+)*", args.bucket_root):
-                parser.error(
-                    f"--checkpoint-root = {args.bucket_root!r}: expected a directory or "
-                    "s3://BUCKET[/PREFIX]"
-                )
+        if scheme_of(args.checkpoint_root) == S3_SCHEME:
+            args.bucket_root, args.checkpoint_root = args.checkpoint_root, None
         elif scheme_of(args.checkpoint_root) != FILE_SCHEME:
             parser.error(
                 f"--checkpoint-root = {args.checkpoint_root!r}: expected a directory or "
@@ -251,6 +247,7 @@ def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackS
     return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **changes))
 
 
+S3_SCHEME = "s3"
 # The parts of an s3:// root, by their settings' names, and the rules they follow there.
 S3_PARTS = {"bucket": S3Bucket, "prefix": S3Prefix}
 
@@ -263,12 +260,15 @@ def in_object_storage(settings: StackSettings, bucket_root: str | None) -> Stack
     resolve)."""
     checkpoints = settings.checkpoints
     if bucket_root is not None:
-        bucket, _, prefix = bucket_root.removeprefix("s3://").partition("/")
+        try:
+            root = open_s3_root(bucket_root)
+        except StorageError as error:
+            raise LocalRunError(f"--checkpoint-root = {error}") from None
         try:
             checkpoints = CheckpointSettings(
                 storage="s3",
-                bucket=bucket,
-                prefix=prefix or None,
+                bucket=root.bucket,
+                prefix=root.prefix or None,
                 endpoint=checkpoints.endpoint,
                 region=checkpoints.region,
                 create_bucket=checkpoints.create_bucket,
