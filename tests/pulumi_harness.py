@@ -131,6 +131,18 @@ def contains_secret(value: Any) -> bool:
     return False
 
 
+def plain_text(result: ProgramResult) -> list[str]:
+    """Every input the engine records without a secret marker, and every stack output, as text:
+    where a secret must never appear."""
+    texts = [
+        json.dumps(value)
+        for resource in result.resources
+        for value in resource.inputs.values()
+        if not contains_secret(value)
+    ]
+    return texts + [json.dumps(output.value) for output in result.outputs.values()]
+
+
 def _mark_secrets(value: Any) -> Any:
     """Turn the wire format's secret envelopes into Secret objects the tests can look for."""
     if isinstance(value, dict):

@@ -30,6 +30,7 @@ from components.settings import (
     parse_settings,
 )
 from components.stack_objects import stack_objects
+from tests.components import pod_templates
 from tests.components.k8s_rules import restricted_violations, validate_core, validate_manifest
 
 IMAGE = "registry.example.com/ml/digits@sha256:" + "d" * 64
@@ -56,21 +57,7 @@ def settings_for(api: str = "pytorchjob", **job: Any) -> StackSettings:
 
 
 def pods(settings: StackSettings) -> list[dict[str, Any]]:
-    """Every pod template the job's pods are made from, as its controller makes them (a
-    TrainJob's: the runtime's, its patch and its trainer)."""
-    objects = stack_objects(settings, image=IMAGE, password=None)
-    return [
-        dict(role.template) for role in api_of_settings(settings).pods(objects.job, objects.runtime)
-    ]
-
-
-def training_container(pod: dict[str, Any]) -> dict[str, Any]:
-    [container] = pod["spec"]["containers"]
-    return container
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {entry["name"]: entry.get("value", entry.get("valueFrom")) for entry in container["env"]}
+    return pod_templates.pods(settings, IMAGE)
 
 
 API = pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
@@ -78,10 +65,12 @@ API = pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
 
 @API
 def test_the_trainer_runs_by_default_and_a_command_of_your_own_under_torchrun(api: str) -> None:
-    trainer = training_container(pods(settings_for(api))[0])
+    trainer = pod_templates.training_container(pods(settings_for(api))[0])
     assert trainer["command"] == [ENTRYPOINT]
     assert "--" in trainer["args"]
-    own = training_container(pods(settings_for(api, command=["train.py", "--epochs", "3"]))[0])
+    own = pod_templates.training_container(
+        pods(settings_for(api, command=["train.py", "--epochs", "3"]))[0]
+    )
     # torchrun takes nodes, rank and rendezvous from the controller's PET_* variables.
     assert own["command"] == ["torchrun"]
     assert own["args"] == ["--max-restarts", "0", "train.py", "--epochs", "3"]
@@ -90,22 +79,22 @@ def test_the_trainer_runs_by_default_and_a_command_of_your_own_under_torchrun(ap
 
 
 def test_launcher_none_runs_the_command_as_the_containers_own() -> None:
-    own = training_container(
+    own = pod_templates.training_container(
         pods(settings_for(command=["bash", "run.sh"], launcher="none", maxRestarts=2))[0]
     )
     assert (own["command"], own["args"]) == (["bash", "run.sh"], [])
 
 
 def test_torchruns_restarts_are_the_jobs_or_the_elastic_ones() -> None:
-    fixed = training_container(pods(settings_for(command=["t.py"], maxRestarts=2))[0])
+    fixed = pod_templates.training_container(pods(settings_for(command=["t.py"], maxRestarts=2))[0])
     assert fixed["args"][:2] == ["--max-restarts", "2"]
     elastic = settings_for(command=["t.py"], nodes=3, elastic={"minNodes": 2, "maxRestarts": 5})
-    container = training_container(pods(elastic)[0])
+    container = pod_templates.training_container(pods(elastic)[0])
     assert container["args"][:2] == ["--max-restarts", "5"]
     # What entrypoint.sh sets for the trainer's elastic pods (a node that joins late).
-    assert env_of(container)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env_of(
-        training_container(pods(settings_for(command=["t.py"]))[0])
+    assert pod_templates.env_of(container)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in pod_templates.env_of(
+        pod_templates.training_container(pods(settings_for(command=["t.py"]))[0])
     )
 
 
@@ -113,7 +102,7 @@ def test_torchruns_restarts_are_the_jobs_or_the_elastic_ones() -> None:
 def test_every_pod_is_told_its_checkpoint_dir_job_and_stack(api: str) -> None:
     for settings in (settings_for(api), settings_for(api, command=["t.py"])):
         for pod in pods(settings):
-            env = env_of(training_container(pod))
+            env = pod_templates.env_of(pod_templates.training_container(pod))
             assert env["CHECKPOINT_DIR"] == "/checkpoints/digits" == settings.checkpoint_dir
             assert (env["JOB_NAME"], env["STACK_NAME"]) == ("digits", "digits")
 
@@ -126,11 +115,13 @@ def test_plain_variables_are_values_and_secret_ones_references_to_the_stacks_sec
     secret = resource_names(settings).env_secret
     assert secret == "digits-env"
     for pod in pods(settings):
-        env = env_of(training_container(pod))
+        env = pod_templates.env_of(pod_templates.training_container(pod))
         assert env["DATA_DIR"] == "/data"
         assert env["OMP_NUM_THREADS"] == "2"  # job.env's, over the stack's own
         assert env["HF_TOKEN"] == {"secretKeyRef": {"name": secret, "key": "HF_TOKEN"}}
-        assert [e["name"] for e in training_container(pod)["env"]].count("OMP_NUM_THREADS") == 1
+        assert [e["name"] for e in pod_templates.training_container(pod)["env"]].count(
+            "OMP_NUM_THREADS"
+        ) == 1
 
 
 def test_the_environments_secret_holds_the_values_and_nothing_else_does() -> None:
@@ -185,7 +176,7 @@ def test_data_claims_are_mounted_read_only_unless_said_beside_the_checkpoints(ap
             "readOnly": False,
         }
         assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "digits-checkpoints"
-        mounts = {m["name"]: m for m in training_container(pod)["volumeMounts"]}
+        mounts = {m["name"]: m for m in pod_templates.training_container(pod)["volumeMounts"]}
         assert mounts["data-0"] == {"name": "data-0", "mountPath": "/data", "readOnly": True}
         assert mounts["data-1"]["readOnly"] is False
         assert mounts["checkpoints"]["mountPath"] == "/checkpoints"
@@ -229,7 +220,7 @@ def test_a_trainjobs_patch_schedules_its_pods_and_its_runtime_gives_their_priori
 def test_the_gpus_are_asked_as_the_configured_resource_which_the_job_states(api: str) -> None:
     settings = settings_for(api, gpusPerNode=2, gpuResource="nvidia.com/mig-1g.10gb")
     for pod in pods(settings):
-        limits = training_container(pod)["resources"]["limits"]
+        limits = pod_templates.training_container(pod)["resources"]["limits"]
         assert limits["nvidia.com/mig-1g.10gb"] == "2" and "nvidia.com/gpu" not in limits
     job = stack_objects(settings, image=IMAGE, password=None).job
     assert job["metadata"]["annotations"][GPU_RESOURCE_ANNOTATION] == "nvidia.com/mig-1g.10gb"
@@ -274,10 +265,10 @@ def test_the_example_stack_trains_its_own_script_on_tolerated_nodes(repo_root: P
         "examples/digits/Dockerfile",
     )
     [pod, *_] = pods(settings)
-    container = training_container(pod)
+    container = pod_templates.training_container(pod)
     assert container["command"] == ["torchrun"]
     assert container["args"][2:] == ["train.py", "--epochs", "30"]
-    assert env_of(container)["DATA_DIR"] == "/data"
+    assert pod_templates.env_of(container)["DATA_DIR"] == "/data"
     assert any(
         v.get("persistentVolumeClaim", {}).get("claimName") == "digits-data"
         for v in pod["spec"]["volumes"]

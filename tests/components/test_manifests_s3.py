@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from components.job_apis import api_of_settings
 from components.manifests import (
     CHECKPOINT_VOLUME,
     checkpoint_claim_manifest,
@@ -25,6 +24,7 @@ from components.manifests import (
 )
 from components.settings import REDACTED, StackSettings, parse_settings
 from components.stack_objects import stack_objects
+from tests.components import pod_templates
 from tests.components.k8s_rules import restricted_violations, validate_manifest
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "e" * 64
@@ -50,20 +50,7 @@ def settings_for(api: str = "pytorchjob", job: dict[str, Any] | None = None, **c
 
 
 def pods(settings: StackSettings) -> list[dict[str, Any]]:
-    """Every pod template the job's pods are made from, as its controller makes them."""
-    objects = stack_objects(settings, image=IMAGE, password=None)
-    return [
-        dict(role.template) for role in api_of_settings(settings).pods(objects.job, objects.runtime)
-    ]
-
-
-def training_container(pod: dict[str, Any]) -> dict[str, Any]:
-    [container] = pod["spec"]["containers"]
-    return container
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {entry["name"]: entry.get("value", entry.get("valueFrom")) for entry in container["env"]}
+    return pod_templates.pods(settings, IMAGE)
 
 
 def secret_ref(key: str) -> dict[str, Any]:
@@ -81,7 +68,9 @@ def test_no_claim_is_made_or_mounted(api: str) -> None:
     for pod in pods(settings):
         spec = pod["spec"]
         assert [volume["name"] for volume in spec["volumes"]] == ["dshm"]
-        assert CHECKPOINT_VOLUME not in {m["name"] for m in training_container(pod)["volumeMounts"]}
+        assert CHECKPOINT_VOLUME not in {
+            m["name"] for m in pod_templates.training_container(pod)["volumeMounts"]
+        }
         assert "affinity" not in spec
         # The pods' groups are the claim stack's: nothing for the kubelet to chown, nothing lost.
         assert spec["securityContext"] == pod_security_context(settings)
@@ -97,7 +86,7 @@ def test_the_trainer_and_your_own_code_are_told_the_runs_url_and_how_to_reach_it
     for job in ({}, {"command": ["train.py"]}):
         settings = settings_for(api, job, **CREDENTIALS)
         for pod in pods(settings):
-            env = env_of(training_container(pod))
+            env = pod_templates.env_of(pod_templates.training_container(pod))
             assert env["CHECKPOINT_DIR"] == URL == settings.checkpoint_dir
             assert env["AWS_ENDPOINT_URL_S3"] == "https://minio.example.com:9000"
             assert env["AWS_DEFAULT_REGION"] == "eu-central-1"
@@ -111,7 +100,7 @@ def test_without_credentials_or_endpoint_the_pods_use_their_identity_and_aws(api
     assert storage_secret_manifest(settings) is None
     assert stack_objects(settings, image=IMAGE, password=None).storage_secret is None
     for pod in pods(settings):
-        env = env_of(training_container(pod))
+        env = pod_templates.env_of(pod_templates.training_container(pod))
         assert env["AWS_DEFAULT_REGION"] == "eu-central-1"
         assert not {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(env)
 
@@ -121,11 +110,11 @@ def test_the_trainers_checkpoint_dir_is_the_url_and_it_creates_the_bucket_when_t
     api: str,
 ) -> None:
     for pod in pods(settings_for(api)):
-        args = training_container(pod)["args"]
+        args = pod_templates.training_container(pod)["args"]
         assert args[args.index("--checkpoint-dir") + 1] == URL
         assert "--create-bucket" not in args
     for pod in pods(settings_for(api, createBucket=True)):
-        args = training_container(pod)["args"]
+        args = pod_templates.training_container(pod)["args"]
         # A switch: the flag alone, no value after it.
         assert args[args.index("--create-bucket") :] == ["--create-bucket"]
 

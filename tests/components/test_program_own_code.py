@@ -6,7 +6,6 @@ state and preview), in the stack outputs, or in an error."""
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from tests.pulumi_harness import (
     ProgramResult,
     RegisteredResource,
     Secret,
-    contains_secret,
+    plain_text,
     run_program,
 )
 
@@ -40,17 +39,6 @@ def training_container(job: RegisteredResource, replica: str = "Master") -> dict
     spec = job.inputs["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
     [container] = spec["containers"]
     return container
-
-
-def plain_text(result: ProgramResult) -> list[str]:
-    """Every input the engine records without a secret marker, and every stack output, as text."""
-    texts = [
-        json.dumps(value)
-        for resource in result.resources
-        for value in resource.inputs.values()
-        if not contains_secret(value)
-    ]
-    return texts + [json.dumps(output.value) for output in result.outputs.values()]
 
 
 def assert_never_plain(result: ProgramResult, value: str) -> None:

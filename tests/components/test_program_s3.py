@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.pulumi_harness import ProgramResult, RegisteredResource, Secret, contains_secret
+from tests.pulumi_harness import ProgramResult, RegisteredResource, Secret, plain_text
 from tests.pulumi_harness import run_program as run_stack
 
 KEY_ID = "AKIAS3STACKNOTREAL01"
@@ -68,17 +68,6 @@ def training_envs(stack: str, job: RegisteredResource) -> list[dict[str, Any]]:
         {entry["name"]: entry for entry in replica["template"]["spec"]["containers"][0]["env"]}
         for replica in spec["pytorchReplicaSpecs"].values()
     ]
-
-
-def plain_text(result: ProgramResult) -> list[str]:
-    """Every input the engine records without a secret marker, and every stack output, as text."""
-    texts = [
-        json.dumps(value)
-        for resource in result.resources
-        for value in resource.inputs.values()
-        if not contains_secret(value)
-    ]
-    return texts + [json.dumps(output.value) for output in result.outputs.values()]
 
 
 def assert_never_plain(result: ProgramResult) -> None:
