@@ -115,11 +115,8 @@ def _checkpoint_dir(text: str) -> str:
 def _refuse_unusable_root(root: str, create_bucket: bool) -> None:
     """The checkpoint root named on the command line can take a run's objects (nothing is
     created here: a bucket that ``--create-bucket`` will make is fine as it is)."""
-    storage = open_storage(root)
     try:
-        problem = storage.unusable()
-        if problem is not None and create_bucket and storage.lacks_bucket():
-            problem = None
+        problem = open_storage(root).refusal(create_bucket=create_bucket)
     except OSError as error:  # a storage that cannot be asked
         problem = f"cannot be reached: {error}"
     if problem is not None:

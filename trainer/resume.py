@@ -287,9 +287,7 @@ def preflight(config: TrainConfig, world_size: int) -> None:
     directory = config.checkpoint_dir
     try:
         store = CheckpointStore(directory)
-        problem = store.storage.unusable()
-        if problem is not None and config.create_bucket and store.storage.lacks_bucket():
-            problem = None  # the trainer makes it first
+        problem = store.storage.refusal(create_bucket=config.create_bucket)
         if problem is not None:
             raise ResumeRefusedError(f"--checkpoint-dir {directory} {problem}")
         entries = store.manifest()

@@ -111,6 +111,14 @@ class RunStorage(ABC):
     def create(self) -> None:
         """Make the root ready for writes (a directory and its parents); idempotent."""
 
+    def refusal(self, *, create_bucket: bool = False) -> str | None:
+        """Why a run cannot start here (:meth:`unusable`), but for a missing bucket that
+        ``--create-bucket`` makes first."""
+        problem = self.unusable()
+        if problem is not None and create_bucket and self.lacks_bucket():
+            return None
+        return problem
+
     def lacks_bucket(self) -> bool:
         """Object storage: the bucket this root is in does not exist yet (what
         :meth:`create_bucket` makes). A root not in a bucket never lacks one."""
