@@ -16,7 +16,9 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 from collections.abc import Iterable
+from typing import Any
 
 import psutil
 
@@ -112,3 +114,28 @@ def reap_adopted(skip: Iterable[int]) -> None:
             continue
         with contextlib.suppress(ChildProcessError):
             os.waitpid(child.pid, os.WNOHANG)
+
+
+def stop(
+    process: subprocess.Popen[Any],
+    grace: float,
+    sig: signal.Signals = signal.SIGTERM,
+    *,
+    session: bool = False,
+) -> None:
+    """Send `sig` to `process` (to the whole session it leads, with `session`), SIGKILL what
+    outlives `grace` seconds, and reap it: a service that ignores its stop signal is still gone."""
+
+    def send(which: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if session:
+                os.killpg(process.pid, which)
+            else:
+                process.send_signal(which)
+
+    send(sig)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        process.wait()

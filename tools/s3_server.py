@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools import procs
 from tools.ports import LOOPBACK, free_port
 
 S3PROXY_VERSION = "4.1.0"
@@ -179,12 +180,7 @@ def running_server(
                 create_bucket(endpoint, bucket)
             yield endpoint
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            procs.stop(server, grace=10)
 
 
 def _wait_until_up(server: subprocess.Popen[bytes], url: str, log: Path) -> None:

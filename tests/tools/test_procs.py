@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from tools import procs
 
 # Counts the SIGTERMs it receives into a file; SIGUSR1 makes it exit. With --leave-group it
@@ -74,3 +75,32 @@ def test_a_session_is_signalled_once_per_process(tmp_path: Path) -> None:
     finally:
         procs.signal_pids([leader.pid, *processes], signal.SIGKILL)
         leader.wait(timeout=30)
+
+
+def test_stop_kills_what_ignores_its_signal_once_the_grace_is_over() -> None:
+    ignoring = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print(flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert ignoring.stdout is not None and ignoring.stdout.readline()  # its handler is set
+    procs.stop(ignoring, grace=0.5)
+    assert ignoring.returncode == -signal.SIGKILL
+
+
+def test_stop_of_a_session_reaches_its_children() -> None:
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert leader.stdout is not None
+    child = int(leader.stdout.readline())
+    procs.stop(leader, grace=5, session=True)
+    assert leader.returncode is not None
+    wait_until(lambda: not procs.is_alive(child), "the session's child to exit", 10)

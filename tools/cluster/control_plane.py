@@ -34,6 +34,7 @@ import yaml
 
 from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
 from components.settings import REPO_ROOT
+from tools import procs
 from tools.cluster.kueue_plane import start_kueue
 from tools.cluster.node_network import NODE_NETWORK, NodeNamespaces
 from tools.cluster.processes import (
@@ -201,14 +202,7 @@ class ControlPlane:
         process = next((p for p in self._processes if p.name == name), None)
         if process is None:
             raise ControlPlaneError(f"{name} is not running")
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.popen.pid, stop_signal)
-        try:
-            process.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.popen.pid, signal.SIGKILL)
-            process.popen.wait()
+        procs.stop(process.popen, grace=15, sig=stop_signal, session=True)
         process.log.close()
         self._processes.remove(process)
         return [str(arg) for arg in process.popen.args]

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.settings import REPO_ROOT
+from tools import procs
 from tools.local_backends import container as container_backend
 from tools.pulumi_run import engine_answers
 
@@ -82,9 +83,4 @@ def docker_api(sock: Path, registries: Path) -> Iterator[Path]:
             time.sleep(0.1)
         yield sock
     finally:
-        service.terminate()
-        try:
-            service.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
+        procs.stop(service, grace=30)
