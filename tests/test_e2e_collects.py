@@ -100,3 +100,55 @@ def test_the_fault_modules_run_last_in_each_worker_and_the_exclusive_group_first
     # last, while the other worker is still short of test_faults_registry, which shares it.
     build = exclusive.index("test_image_build.py")
     assert exclusive.index("test_own_code.py") < build < exclusive.index("test_real_node.py")
+
+
+def test_the_lifecycle_runs_once_per_job_api_each_half_a_group_of_its_own() -> None:
+    """tests/e2e/test_stack_lifecycle.py runs its life once per job API: a test both have in
+    both halves, a test marked for one API in its half only, each half's tests together and in
+    file order, and under xdist each half in a group of its own."""
+    from tests.e2e.conftest import module_group
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/e2e/test_stack_lifecycle.py",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = [line.split("::")[1] for line in done.stdout.splitlines() if "::" in line]
+    halves = [test.rsplit("[", 1)[1].rstrip("]") for test in ids]
+    assert halves == sorted(halves), "the halves' tests are interleaved"
+    by_half: dict[str, list[str]] = {}
+    for test, half in zip(ids, halves, strict=True):
+        by_half.setdefault(half, []).append(test.rsplit("[", 1)[0])
+    assert sorted(by_half) == ["pytorchjob", "trainjob"]
+    pytorchjob, trainjob = by_half["pytorchjob"], by_half["trainjob"]
+    for both in (
+        "test_policy_pack_blocks_a_violating_change",
+        "test_preview_right_after_up_expects_no_changes",
+        "test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data",
+    ):
+        assert both in pytorchjob and both in trainjob
+    only_trainjob = "test_changing_the_restart_policy_is_a_new_runtime_and_a_new_trainjob"
+    assert only_trainjob in trainjob and only_trainjob not in pytorchjob
+    only_pytorchjob = "test_metadata_change_of_a_finished_job_updates_it_promptly"
+    assert only_pytorchjob in pytorchjob and only_pytorchjob not in trainjob
+    # File order in each half: up before the replacement, destroy last.
+    for half in (pytorchjob, trainjob):
+        assert half.index("test_up_creates_secret_claim_and_job_as_the_builders_describe") < (
+            half.index("test_changing_total_epochs_replaces_the_job_deleting_the_old_one_first")
+        )
+        assert half[-1] == "test_destroy_removes_the_claim_when_retain_on_destroy_is_false"
+    groups = {module_group("test_stack_lifecycle.py", half) for half in by_half}
+    assert len(groups) == 2

@@ -1,6 +1,7 @@
 """components/previous_run.py: how the wait for the previous run reads, reports and gives up.
-The reads themselves (the JobSet and the pods on a real API server) are exercised by
-tests/e2e/test_trainjob.py, which replaces a TrainJob and makes one again right after a destroy."""
+The reads themselves (the JobSet and the pods on a real API server) are exercised by the TrainJob
+half of tests/e2e/test_stack_lifecycle.py, which replaces a TrainJob and makes one again right
+after a destroy."""
 
 from __future__ import annotations
 

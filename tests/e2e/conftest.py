@@ -198,10 +198,28 @@ EXCLUSIVE_MODULES = (
 )
 
 
-def module_group(module: str) -> str:
+def module_group(module: str, variant: str | None = None) -> str:
     """The xdist group a module's tests run in, each worker on a control plane of its own:
-    every module is a group, but for the exclusive ones, which make one."""
-    return EXCLUSIVE_GROUP if module in EXCLUSIVE_MODULES else module
+    every module is a group, or one per job API where the module runs once for each (its
+    `variant`), but for the exclusive ones, which make one."""
+    if module in EXCLUSIVE_MODULES:
+        return EXCLUSIVE_GROUP
+    return module if variant is None else f"{module}[{variant}]"
+
+
+def job_api_variant(item: pytest.Item) -> str | None:
+    """The job API a test runs against where its module runs once for each (the module-scoped
+    fixture `job_api_name`, tests/e2e/test_stack_lifecycle.py)."""
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("job_api_name")
+
+
+def for_its_job_api(item: pytest.Item) -> bool:
+    """False for a test marked `job_api(name, ...)` in the half of its module that runs against
+    another job API: a test only one API has."""
+    marker = item.get_closest_marker("job_api")
+    variant = job_api_variant(item)
+    return marker is None or variant is None or variant in marker.args
 
 
 def module_order(module: str, *, parallel: bool) -> tuple[int, int, int, str]:
@@ -222,11 +240,17 @@ def module_order(module: str, *, parallel: bool) -> tuple[int, int, int, str]:
 # First: xdist's own hook (registered after this conftest, so called before it) turns the groups
 # into node ids, and would find none.
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    other_api = [item for item in items if not for_its_job_api(item)]
+    if other_api:
+        config.hook.pytest_deselected(items=other_api)
+        items[:] = [item for item in items if for_its_job_api(item)]
     parallel = "PYTEST_XDIST_WORKER" in os.environ
+    # A stable sort: within a module, the order pytest gave (each job API's tests together).
     items.sort(key=lambda item: module_order(item.path.name, parallel=parallel))
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(module_group(item.path.name)))
+        group = module_group(item.path.name, job_api_variant(item))
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def recipe_status(returncode: int, output: str) -> int:
