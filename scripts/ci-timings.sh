@@ -20,8 +20,11 @@ timings_start() {
 timings_cache_state() {
   case $1 in
     # torch's wheel alone is over 500 MB (uv's default cache; UV_CACHE_DIR moves it).
-    uv) (($(du -sm "${UV_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uv}" 2>/dev/null | cut -f1) > 1000)) &&
-      echo cached || echo cold ;;
+    # No cache directory yet (a new HOME) is 0 MB: cold.
+    uv)
+      local megabytes
+      megabytes=$(du -sm "${UV_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uv}" 2>/dev/null | cut -f1)
+      ((${megabytes:-0} > 1000)) && echo cached || echo cold ;;
     e2e-tools) [[ -x $(scripts/e2e-tools.sh --print)/pulumi ]] && echo cached || echo cold ;;
     base-image) scripts/build-base-image.sh --print-if-built >/dev/null 2>&1 && echo cached || echo cold ;;
   esac
