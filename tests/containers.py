@@ -158,11 +158,24 @@ def local_registry(
     try:
         yield Registry(address, conf, username, password)
     finally:
+        remove_images_for(address)
         subprocess.run(
             [str(REGISTRY_SCRIPT), "stop", str(directory / "registry")], check=False, timeout=60
         )
         # A pushed base image is 5 GB: pytest keeps its last temporary directories, not this.
         shutil.rmtree(directory / "registry" / "storage", ignore_errors=True)
+
+
+def remove_images_for(address: str) -> None:
+    """Untag this machine's images named for the registry at `address` (a loopback port no
+    later run reuses): the Docker provider keeps each image it built and pushed, and a
+    developer's store filled up run after run (then the real node's kubelet refused pods for
+    disk pressure). By name, not by ID: an ID's other names (the base image) stay, and an image
+    is deleted with its last name."""
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
+    names = sorted({name for name in listed.stdout.split() if name.startswith(f"{address}/")})
+    if names:
+        podman("rmi", *names, check=False)
 
 
 def stop_registry(directory: Path, address: str) -> None:

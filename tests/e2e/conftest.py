@@ -42,6 +42,7 @@ from pulumi.automation import EngineEvent
 
 from components.settings import PROJECT, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
+from tests.containers import remove_images_for
 from tests.e2e.user_environment import SYSTEM_PATH, user_environment
 from tests.support.timings import ModuleTimings
 from tools.cluster.control_plane import ControlPlane, build_tools, create_hostpath_storage
@@ -160,7 +161,10 @@ def started_real_node(cluster: Cluster, registry_dir: Path) -> Iterator[RealNode
         registry_password=REGISTRY_PASSWORD,
         registry_dir=registry_dir,
     ) as started:
-        yield started
+        try:
+            yield started
+        finally:
+            remove_images_for(started.registry.address)
 
 
 MODULE_TIMINGS = ModuleTimings()
