@@ -11,23 +11,18 @@ from typing import Any
 
 import pytest
 
+from tests.components.s3_stack import (
+    BUCKET,
+    ENDPOINT,
+    KEY_ID,
+    PREFIX,
+    S3_CHECKPOINTS,
+    S3_CREDENTIALS,
+    SECRET_KEY,
+)
 from tests.pulumi_harness import ProgramResult, RegisteredResource, Secret, plain_text
 from tests.pulumi_harness import run_program as run_stack
 
-KEY_ID = "AKIAS3STACKNOTREAL01"
-SECRET_KEY = "s3-secret-key-not-real-5f0c"
-SECRET_PATHS = {"checkpoints.accessKeyId": KEY_ID, "checkpoints.secretAccessKey": SECRET_KEY}
-# The committed stacks' claim settings, left out (an s3 stack refuses them), and the bucket.
-S3_CHECKPOINTS: dict[str, Any] = {
-    "size": None,
-    "accessMode": None,
-    "mountPath": None,
-    "retainOnDestroy": None,
-    "storage": "s3",
-    "bucket": "team-ckpt",
-    "prefix": "runs",
-    "endpoint": "http://minio.minio.svc:9000",
-}
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
 SECRET = "kubernetes:core/v1:Secret"
 COMPONENT = "pytorch-distributed:index:"
@@ -41,7 +36,7 @@ def run_program(
     stack: str,
     *,
     preview: bool = False,
-    secret_paths: dict[str, str] | None = SECRET_PATHS,
+    secret_paths: dict[str, str] | None = S3_CREDENTIALS,
     **more: Any,
 ) -> ProgramResult:
     return run_stack(
@@ -120,10 +115,10 @@ def test_the_credentials_are_in_the_stacks_secret_only_and_only_as_secrets(
 def test_the_pods_are_told_the_runs_url_and_the_service(s3: tuple[str, ProgramResult]) -> None:
     stack, result = s3
     job_type, job_name = JOBS[stack]
-    url = f"s3://team-ckpt/runs/{job_name}"
+    url = f"s3://{BUCKET}/{PREFIX}/{job_name}"
     for env in training_envs(stack, result.one(job_type)):
         assert env["CHECKPOINT_DIR"]["value"] == url
-        assert env["AWS_ENDPOINT_URL_S3"]["value"] == "http://minio.minio.svc:9000"
+        assert env["AWS_ENDPOINT_URL_S3"]["value"] == ENDPOINT
         assert env["AWS_DEFAULT_REGION"]["value"] == "us-east-1"
     job = result.one(job_type).inputs["spec"]
     args = (
@@ -137,7 +132,7 @@ def test_the_pods_are_told_the_runs_url_and_the_service(s3: tuple[str, ProgramRe
 def test_the_outputs_name_the_runs_url_and_no_claim(s3: tuple[str, ProgramResult]) -> None:
     stack, result = s3
     job_name = JOBS[stack][1]
-    assert result.outputs["checkpointPath"].value == f"s3://team-ckpt/runs/{job_name}"
+    assert result.outputs["checkpointPath"].value == f"s3://{BUCKET}/{PREFIX}/{job_name}"
     assert result.outputs["claimName"].value is None
     assert not any(output.secret for output in result.outputs.values())
 

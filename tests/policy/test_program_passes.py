@@ -20,6 +20,7 @@ from policy.rules.model import (
     RETAIN_ANNOTATION,
     SECRET_TYPE,
 )
+from tests.components.s3_stack import S3_CHECKPOINTS, S3_CREDENTIALS
 from tests.policy.pack_client import REPO_ROOT, Stub, configure, struct
 from tests.policy.test_pack import ADVISORY_POLICIES
 from tests.pulumi_harness import ProgramResult, RegisteredResource, Secret, run_program
@@ -200,23 +201,6 @@ def test_gpus_of_another_resource_are_compared_with_the_processes(analyzer: Stub
     assert master["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "2"
 
 
-# Issue 33: a stack whose checkpoints are in object storage has no claim for the claim rules to
-# judge, and its credentials reach the pods by reference only.
-S3_CHECKPOINTS = {
-    "size": None,
-    "accessMode": None,
-    "mountPath": None,
-    "retainOnDestroy": None,
-    "storage": "s3",
-    "bucket": "team-ckpt",
-    "endpoint": "https://minio.example.com",
-}
-S3_CREDENTIALS = {
-    "checkpoints.accessKeyId": "AKIAPOLICYNOTREAL001",
-    "checkpoints.secretAccessKey": "policy-secret-not-real",
-}
-
-
 @pytest.mark.parametrize(
     ("stack", "config"),
     [("dev", {}), ("prod", policy_config("prod"))],
@@ -225,6 +209,8 @@ S3_CREDENTIALS = {
 def test_an_s3_stack_passes_without_a_claim_to_protect(
     analyzer: Stub, stack: str, config: dict[str, Any]
 ) -> None:
+    """Checkpoints in object storage: no claim for the claim rules to judge, and the credentials
+    reach the pods by reference only."""
     result = run_program(
         stack,
         overrides={"checkpoints": S3_CHECKPOINTS},
