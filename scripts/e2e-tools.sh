@@ -594,14 +594,25 @@ record() {
   [[ -z ${PD_TIMINGS_FILE:-} ]] || printf 'e2e tool %s\t%s\t%s\n' "$1" "$2" "$3" >>"$PD_TIMINGS_FILE"
 }
 
-# One tool's build, in a subshell of its own: scratch space, the build function with its output in
-# the tool's log, then the result moved into place whole (an interrupted build leaves no tool).
+# One tool's build, in a background subshell of its own: scratch space, the build function with
+# its output in the tool's log, then the result moved into place whole (an interrupted build leaves
+# no tool). The function is called bare, not as `fn || exit`: bash ignores `set -e` in anything
+# run as the left side of `||`, so a failed step (a vendored archive not found) went on to the
+# next and the tool was cached as built, without its binary. A binary the entry names and the
+# build did not make fails it too.
 build_tool() {
-  local name=$1 dir=${tool_dir[$1]}
+  local name=$1 dir=${tool_dir[$1]} binary
   work=$(mktemp -d "$tools/.work-$name.XXXXXX")
   out=$work/out
   mkdir -p "$out/bin"
-  "${tool_build[$name]}" >"$dir.log" 2>&1 || exit 1
+  exec >"$dir.log" 2>&1
+  "${tool_build[$name]}"
+  for binary in ${tool_binaries[$name]}; do
+    [[ -x $out/bin/$binary ]] || {
+      echo "the build made no bin/$binary"
+      exit 1
+    }
+  done
   rm -rf "$dir" && mv "$out" "$dir" && rm -rf "$work"
 }
 
