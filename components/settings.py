@@ -25,8 +25,8 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import FunctionType
-from typing import Annotated, Any, Literal, get_args, get_origin
+from types import FunctionType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Le
 from pydantic import (
@@ -983,6 +983,20 @@ def _object_type(annotation: Any) -> type | None:
     return next(filter(is_pydantic_dataclass, (annotation, *get_args(annotation))), None)
 
 
+def _holds_integer(annotation: Any) -> bool:
+    """Whether a key's type is an integer (`int`, annotated or optional)."""
+    pending = [annotation]
+    while pending:
+        current = pending.pop()
+        if current is int:
+            return True
+        if get_origin(current) is Annotated:
+            pending.append(get_args(current)[0])
+        elif get_origin(current) in (Union, UnionType):
+            pending += get_args(current)
+    return False
+
+
 def args_fields(cls: type) -> list[tuple[str, FieldInfo]]:
     """A settings class's typed arguments (TrainingEnvironmentArgs, components/args_codegen.py):
     its config keys by their attribute names, the registry password among them (`password`),
@@ -1030,6 +1044,12 @@ def _renamed(data: Mapping[str, Any], section: type, *, to_alias: bool, at: str)
                 else item
                 for index, item in enumerate(value)
             ]
+        elif to_alias and isinstance(value, float) and value.is_integer():
+            # A program in another language reaches the component through the provider, whose
+            # inputs are a protobuf Struct: every number is a float there, and its `nodes: 2`
+            # arrives as 2.0. An integer key takes it as the 2 it was (a stack file's 2.0 stays
+            # refused: parse_settings reads those).
+            value = int(value) if _holds_integer(info.annotation) else value
         renamed[str(info.alias) if to_alias else name] = value
     return renamed
 

@@ -114,6 +114,29 @@ def test_a_bad_value_is_the_stack_configs_error() -> None:
     assert "job.nodes" in str(from_args.value)
 
 
+def test_another_languages_whole_numbers_are_integers_and_a_fraction_is_refused() -> None:
+    """Through the component package every number is a float (a protobuf Struct): the YAML
+    program's `nodes: 2` arrives as 2.0, a toleration's seconds too; a stack file's 2.0 is still
+    refused, and so is 2.5 from anywhere."""
+    image = {"ref": "r.example.com/t:1", "build": False}
+    toleration = {
+        "key": "gpu",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "toleration_seconds": 30.0,
+    }
+    settings = parse_args(
+        {"image": image, "job": {"nodes": 2.0, "total_epochs": 4.0, "tolerations": [toleration]}}
+    )
+    assert settings.job.nodes == 2 and isinstance(settings.job.nodes, int)
+    assert settings.job.total_epochs == 4 and isinstance(settings.job.total_epochs, int)
+    assert settings.job.tolerations[0].toleration_seconds == 30
+    with pytest.raises(SettingsError, match=r"job\.nodes = 2\.5: expected an integer"):
+        parse_args({"image": image, "job": {"nodes": 2.5}})
+    with pytest.raises(SettingsError, match=r"job\.nodes = 2\.0: expected an integer"):
+        parse_settings({"image": image, "job": {"nodes": 2.0}})
+
+
 def test_a_registry_needs_its_password() -> None:
     registry = {"server": "registry.example.com", "username": "robot"}
     with pytest.raises(SettingsError, match=r"registryPassword: required when registry is set"):
