@@ -3,12 +3,18 @@ platform program (examples/platform-program) installs this repository's package 
 install`: pip, from PyPI or its cache), creates the job through its own provider, previews no
 change after, and destroy leaves nothing; the stack-reference pair (examples/stack-references)
 does the same with the cluster stack's kubeconfig, registry and storage class, and the cluster
-stack's secrets stay secret in the training stack's state. The YAML program through `pulumi
-package add` is not here: it needs the YAML language host, which `make e2e-tools` does not build
-yet (issue 36)."""
+stack's secrets stay secret in the training stack's state.
+
+Through the component package (provider/, `pulumi package add`): a Pulumi YAML program
+(examples/yaml-program, run by the YAML language host `make e2e-tools` builds) and a Python program
+on the SDK the CLI generates (examples/sdk-program). Each previews exactly the Kubernetes objects
+this repository's own program declares for a stack of the same values (the examples' values,
+tests/examples/test_platform_program.py's SAME_SETTINGS), creates the job, previews no change
+after, and destroy leaves nothing."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -16,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import CLI_TIMEOUT_S, Cluster, Project
 from tests.e2e.kube import NamespaceObjects
+from tests.examples.programs import stack_file
+from tests.examples.test_platform_program import SAME_SETTINGS
 from tools.cluster.control_plane import STORAGE_CLASS
 
 
@@ -103,3 +112,104 @@ def test_the_training_stack_reads_the_cluster_stack(
         next(trainings, None)
         next(clusters, None)
     assert pytorchjob(cluster, "training", "referenced-ddp") is None
+
+
+# -- through the component package: YAML, and Python on the generated SDK ------------------------
+
+# The provider's directory as the examples name it (`pulumi package add ../../provider`).
+PROVIDER_FROM_EXAMPLE = "../../provider"
+# A stack of this repository's own program with the examples' values.
+SAME_VALUES_STACK = "e2e-package"
+
+
+def kubernetes_objects(preview: str) -> dict[str, tuple[str, Any]]:
+    """What a `pulumi preview --json` would create of Kubernetes objects, by resource name: type
+    and inputs (the providers, each program's own, left out)."""
+    steps = json.loads(preview).get("steps", [])
+    objects = {}
+    for step in steps:
+        state = step.get("newState") or {}
+        kind = state.get("type", "")
+        if kind.startswith("kubernetes:"):
+            objects[step["urn"].rsplit("::", 1)[1]] = (kind, state.get("inputs"))
+    return objects
+
+
+@pytest.fixture(scope="module")
+def same_values_preview(project: Project) -> dict[str, tuple[str, Any]]:
+    """This repository's program, for a stack of the examples' values."""
+    stack_file(project.work_dir, SAME_VALUES_STACK, SAME_SETTINGS)
+    project.cli("stack", "select", "--create", SAME_VALUES_STACK)
+    try:
+        preview = project.cli("preview", "--json", "--stack", SAME_VALUES_STACK).stdout
+    finally:
+        project.cli("stack", "rm", "--yes", "--force", SAME_VALUES_STACK, check=False)
+    objects = kubernetes_objects(preview)
+    assert {kind for kind, _ in objects.values()} >= {
+        "kubernetes:kubeflow.org/v1:PyTorchJob",
+        "kubernetes:core/v1:PersistentVolumeClaim",
+    }, objects
+    return objects
+
+
+def package_program(project: Project, directory: Path) -> Iterator[Path]:
+    """A program that reaches the component through `pulumi package add`, as the how-to says; its
+    stack is named as the repository's of the same values (the pods' STACK_NAME is the stack's)."""
+    cli(project, directory, "stack", "select", "--create", SAME_VALUES_STACK)
+    cli(project, directory, "package", "add", PROVIDER_FROM_EXAMPLE)
+    yield directory
+    cli(project, directory, "destroy", "--yes", "--skip-preview", check=False)
+    cli(project, directory, "stack", "rm", "--yes", "--force", SAME_VALUES_STACK, check=False)
+
+
+@pytest.fixture(scope="module", params=["yaml-program", "sdk-program"])
+def package_example(
+    request: pytest.FixtureRequest, project: Project, package_checkout: Path
+) -> Iterator[Path]:
+    yield from package_program(project, package_checkout / "examples" / request.param)
+
+
+def test_package_add_records_the_package_in_the_program(package_example: Path) -> None:
+    project_file = yaml.safe_load((package_example / "Pulumi.yaml").read_text(encoding="utf-8"))
+    assert project_file.get("packages", {}).get("pytorch-distributed"), project_file
+
+
+def test_the_program_previews_what_this_repositorys_program_declares(
+    project: Project,
+    package_example: Path,
+    same_values_preview: dict[str, tuple[str, Any]],
+) -> None:
+    declared = kubernetes_objects(cli(project, package_example, "preview", "--json"))
+    assert declared == same_values_preview, "\n".join(
+        difflib.unified_diff(
+            json.dumps(same_values_preview, indent=1, sort_keys=True).splitlines(),
+            json.dumps(declared, indent=1, sort_keys=True).splitlines(),
+            "this repository's program",
+            package_example.name,
+            lineterm="",
+        )
+    )
+
+
+def test_the_program_creates_the_job_through_the_package_and_then_expects_no_changes(
+    project: Project, cluster: Cluster, package_example: Path
+) -> None:
+    cli(project, package_example, "up", "--yes", "--skip-preview")
+    job = pytorchjob(cluster, "default", "platform-ddp")
+    assert job is not None
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    outputs = json.loads(cli(project, package_example, "stack", "output", "--json"))
+    assert outputs["jobName"] == "platform-ddp"
+    preview = json.loads(cli(project, package_example, "preview", "--json"))
+    assert {step["op"] for step in preview.get("steps", [])} <= {"same"}
+
+
+def test_destroying_the_program_leaves_nothing(
+    project: Project, cluster: Cluster, package_example: Path
+) -> None:
+    cli(project, package_example, "destroy", "--yes", "--skip-preview")
+    assert pytorchjob(cluster, "default", "platform-ddp") is None
+    claim = NamespaceObjects(cluster, "default").get(
+        "persistent_volume_claim", "platform-ddp-checkpoints"
+    )
+    assert claim is None
