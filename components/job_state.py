@@ -137,7 +137,12 @@ class JobState:
         if self.queued:
             return "Queued"
         true = [c for c in self.conditions if c.true]
-        return max(true, key=lambda c: c.since).type if true else "Pending"
+        if not true:
+            return "Pending"
+        # Times have whole seconds: a job whose pods ran at once (Created and Running in the same
+        # second) is Running, the later of the two in the controller's list.
+        _, newest = max(enumerate(true), key=lambda item: (item[1].since, item[0]))
+        return newest.type
 
     @property
     def failed_replicas(self) -> list[Replica]:

@@ -354,6 +354,9 @@ def test_job_phase_and_outcome_follow_the_operator_conditions() -> None:
     running_before = {**RUNNING, "status": "False"}
     assert job_state(job(CREATED), []).phase == "Created"
     assert job_state(job(CREATED, RUNNING), []).phase == "Running"
+    # Created and Running in the same second (the pods ran at once): the later one in the list.
+    at_once = {**RUNNING, "lastTransitionTime": CREATED["lastTransitionTime"]}
+    assert job_state(job(CREATED, at_once), []).phase == "Running"
     state = job_state(job(CREATED, running_before, restarting), [])
     assert (state.phase, state.outcome, state.is_true("Running")) == ("Restarting", None, False)
     assert failed_master_job().outcome == "Failed"
