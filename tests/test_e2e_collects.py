@@ -10,18 +10,10 @@ import sys
 from tests.conftest import REPO_ROOT
 
 
-def test_every_e2e_module_is_collected() -> None:
+def collected(path: str) -> subprocess.CompletedProcess[str]:
+    """`pytest --collect-only -q` of `path`: the test ids, one a line, and a summary."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--collect-only",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/e2e",
-        ],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", path],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -29,6 +21,11 @@ def test_every_e2e_module_is_collected() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_every_e2e_module_is_collected() -> None:
+    done = collected("tests/e2e")
     assert " error" not in done.stdout.splitlines()[-1], done.stdout
 
 
@@ -108,24 +105,7 @@ def test_the_lifecycle_runs_once_per_job_api_each_half_a_group_of_its_own() -> N
     file order, and under xdist each half in a group of its own."""
     from tests.e2e.conftest import module_group
 
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--collect-only",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/e2e/test_stack_lifecycle.py",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = collected("tests/e2e/test_stack_lifecycle.py")
     ids = [line.split("::")[1] for line in done.stdout.splitlines() if "::" in line]
     halves = [test.rsplit("[", 1)[1].rstrip("]") for test in ids]
     assert halves == sorted(halves), "the halves' tests are interleaved"

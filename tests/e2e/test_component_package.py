@@ -1,16 +1,14 @@
-"""The component as other programs use it, through the real engine with the plain CLI: the
-platform program (examples/platform-program) installs this repository's package (`pulumi
-install`: pip, from PyPI or its cache), creates the job through its own provider, previews no
-change after, and destroy leaves nothing; the stack-reference pair (examples/stack-references)
-does the same with the cluster stack's kubeconfig, registry and storage class, and the cluster
-stack's secrets stay secret in the training stack's state.
-
-Through the component package (provider/, `pulumi package add`): a Pulumi YAML program
-(examples/yaml-program, run by the YAML language host `make e2e-tools` builds) and a Python program
-on the SDK the CLI generates (examples/sdk-program). Each previews exactly the Kubernetes objects
-this repository's own program declares for a stack of the same values (the examples' values,
-tests/examples/test_platform_program.py's SAME_SETTINGS), creates the job, previews no change
-after, and destroy leaves nothing."""
+"""The component as other programs use it, through the real engine with the plain CLI, each
+program in its own directory with the platform program's values (SAME_SETTINGS): the platform
+program (examples/platform-program) installs this repository's package (`pulumi install`: pip,
+from PyPI or its cache); through the component package (provider/, `pulumi package add`), a Pulumi
+YAML program (examples/yaml-program, run by the YAML language host `make e2e-tools` builds) and a
+Python program on the SDK the CLI generates (examples/sdk-program). Each previews exactly the
+Kubernetes objects this repository's own program declares for a stack of the same values, creates
+the job through its own provider, previews no change after, and destroy leaves nothing. The
+stack-reference pair (examples/stack-references) creates its job with the cluster stack's
+kubeconfig, registry and storage class, and the cluster stack's secrets stay secret in the
+training stack's state."""
 
 from __future__ import annotations
 
@@ -46,17 +44,13 @@ def cli(project: Project, directory: Path, *args: str, check: bool = True) -> st
     return done.stdout
 
 
-def program(project: Project, directory: Path, stack: str) -> Iterator[Path]:
+def program(project: Project, directory: Path, stack: str, *setup: str) -> Iterator[Path]:
+    """A program's stack, made ready by `setup` (a pulumi command), destroyed and removed after."""
     cli(project, directory, "stack", "select", "--create", stack)
-    cli(project, directory, "install")
+    cli(project, directory, *setup)
     yield directory
     cli(project, directory, "destroy", "--yes", "--skip-preview", check=False)
     cli(project, directory, "stack", "rm", "--yes", "--force", stack, check=False)
-
-
-@pytest.fixture(scope="module")
-def platform_program(project: Project, package_checkout: Path) -> Iterator[Path]:
-    yield from program(project, package_checkout / "examples" / "platform-program", "dev")
 
 
 def pytorchjob(cluster: Cluster, namespace: str, name: str) -> Any | None:
@@ -65,61 +59,19 @@ def pytorchjob(cluster: Cluster, namespace: str, name: str) -> Any | None:
     )
 
 
-def test_the_platform_program_creates_the_job_through_the_package(
-    project: Project, cluster: Cluster, platform_program: Path
-) -> None:
-    cli(project, platform_program, "up", "--yes", "--skip-preview")
-    job = pytorchjob(cluster, "default", "platform-ddp")
-    assert job is not None
-    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
-    outputs = json.loads(cli(project, platform_program, "stack", "output", "--json"))
-    assert outputs["jobName"] == "platform-ddp"
-    preview = json.loads(cli(project, platform_program, "preview", "--json"))
-    assert {step["op"] for step in preview.get("steps", [])} <= {"same"}
+# -- the programs with the platform program's values ---------------------------------------------
 
-
-def test_destroying_the_platform_program_leaves_nothing(
-    project: Project, cluster: Cluster, platform_program: Path
-) -> None:
-    cli(project, platform_program, "destroy", "--yes", "--skip-preview")
-    assert pytorchjob(cluster, "default", "platform-ddp") is None
-    claims = NamespaceObjects(cluster, "default").get(
-        "persistent_volume_claim", "platform-ddp-checkpoints"
-    )
-    assert claims is None
-
-
-def test_the_training_stack_reads_the_cluster_stack(
-    project: Project, cluster: Cluster, package_checkout: Path
-) -> None:
-    pair = package_checkout / "examples" / "stack-references"
-    clusters = program(project, pair / "cluster", "dev")
-    cluster_dir = next(clusters)
-    kubeconfig = Path(project.variables["KUBECONFIG"]).read_text(encoding="utf-8")
-    cli(project, cluster_dir, "config", "set", "--secret", "kubeconfig", "--", kubeconfig)
-    cli(project, cluster_dir, "config", "set", "--secret", "registryPassword", "not-a-secret")
-    # The suite's plane's class (its example value, "standard", is a cloud cluster's).
-    cli(project, cluster_dir, "config", "set", "storageClass", STORAGE_CLASS)
-    cli(project, cluster_dir, "up", "--yes", "--skip-preview")
-    trainings = program(project, pair / "training", "dev")
-    training_dir = next(trainings)
-    try:
-        cli(project, training_dir, "up", "--yes", "--skip-preview")
-        assert pytorchjob(cluster, "training", "referenced-ddp") is not None
-        state = cli(project, training_dir, "stack", "export")
-        assert "not-a-secret" not in state and kubeconfig not in state
-    finally:
-        next(trainings, None)
-        next(clusters, None)
-    assert pytorchjob(cluster, "training", "referenced-ddp") is None
-
-
-# -- through the component package: YAML, and Python on the generated SDK ------------------------
-
-# The provider's directory as the examples name it (`pulumi package add ../../provider`).
-PROVIDER_FROM_EXAMPLE = "../../provider"
-# A stack of this repository's own program with the examples' values.
+# How each reaches the component: the package itself, or the component package through the SDK
+# `pulumi package add` generates (the provider's directory as the examples name it).
+SETUP = {
+    "platform-program": ("install",),
+    "sdk-program": ("package", "add", "../../provider"),
+    "yaml-program": ("package", "add", "../../provider"),
+}
+# Every program's stack, and this repository's of the same values: the pods' STACK_NAME is the
+# stack's name.
 SAME_VALUES_STACK = "e2e-package"
+JOB = SAME_SETTINGS["job"]["name"]
 
 
 def kubernetes_objects(preview: str) -> dict[str, tuple[str, Any]]:
@@ -137,7 +89,7 @@ def kubernetes_objects(preview: str) -> dict[str, tuple[str, Any]]:
 
 @pytest.fixture(scope="module")
 def same_values_preview(project: Project) -> dict[str, tuple[str, Any]]:
-    """This repository's program, for a stack of the examples' values."""
+    """This repository's program, for a stack of the programs' values."""
     stack_file(project.work_dir, SAME_VALUES_STACK, SAME_SETTINGS)
     project.cli("stack", "select", "--create", SAME_VALUES_STACK)
     try:
@@ -152,64 +104,82 @@ def same_values_preview(project: Project) -> dict[str, tuple[str, Any]]:
     return objects
 
 
-def package_program(project: Project, directory: Path) -> Iterator[Path]:
-    """A program that reaches the component through `pulumi package add`, as the how-to says; its
-    stack is named as the repository's of the same values (the pods' STACK_NAME is the stack's)."""
-    cli(project, directory, "stack", "select", "--create", SAME_VALUES_STACK)
-    cli(project, directory, "package", "add", PROVIDER_FROM_EXAMPLE)
-    yield directory
-    cli(project, directory, "destroy", "--yes", "--skip-preview", check=False)
-    cli(project, directory, "stack", "rm", "--yes", "--force", SAME_VALUES_STACK, check=False)
-
-
-@pytest.fixture(scope="module", params=["yaml-program", "sdk-program"])
-def package_example(
+@pytest.fixture(scope="module", params=sorted(SETUP))
+def example(
     request: pytest.FixtureRequest, project: Project, package_checkout: Path
 ) -> Iterator[Path]:
-    yield from package_program(project, package_checkout / "examples" / request.param)
+    directory = package_checkout / "examples" / request.param
+    yield from program(project, directory, SAME_VALUES_STACK, *SETUP[request.param])
 
 
-def test_package_add_records_the_package_in_the_program(package_example: Path) -> None:
-    project_file = yaml.safe_load((package_example / "Pulumi.yaml").read_text(encoding="utf-8"))
-    assert project_file.get("packages", {}).get("pytorch-distributed"), project_file
+def test_only_package_add_records_the_package_in_the_program(example: Path) -> None:
+    project_file = yaml.safe_load((example / "Pulumi.yaml").read_text(encoding="utf-8"))
+    recorded = (project_file.get("packages") or {}).get("pytorch-distributed")
+    assert (recorded == "../../provider") == (SETUP[example.name][0] == "package"), project_file
 
 
 def test_the_program_previews_what_this_repositorys_program_declares(
-    project: Project,
-    package_example: Path,
-    same_values_preview: dict[str, tuple[str, Any]],
+    project: Project, example: Path, same_values_preview: dict[str, tuple[str, Any]]
 ) -> None:
-    declared = kubernetes_objects(cli(project, package_example, "preview", "--json"))
+    declared = kubernetes_objects(cli(project, example, "preview", "--json"))
     assert declared == same_values_preview, "\n".join(
         difflib.unified_diff(
             json.dumps(same_values_preview, indent=1, sort_keys=True).splitlines(),
             json.dumps(declared, indent=1, sort_keys=True).splitlines(),
             "this repository's program",
-            package_example.name,
+            example.name,
             lineterm="",
         )
     )
 
 
-def test_the_program_creates_the_job_through_the_package_and_then_expects_no_changes(
-    project: Project, cluster: Cluster, package_example: Path
+def test_the_program_creates_the_job_and_then_expects_no_changes(
+    project: Project, cluster: Cluster, example: Path
 ) -> None:
-    cli(project, package_example, "up", "--yes", "--skip-preview")
-    job = pytorchjob(cluster, "default", "platform-ddp")
+    cli(project, example, "up", "--yes", "--skip-preview")
+    job = pytorchjob(cluster, "default", JOB)
     assert job is not None
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
-    outputs = json.loads(cli(project, package_example, "stack", "output", "--json"))
-    assert outputs["jobName"] == "platform-ddp"
-    preview = json.loads(cli(project, package_example, "preview", "--json"))
+    outputs = json.loads(cli(project, example, "stack", "output", "--json"))
+    assert outputs["jobName"] == JOB
+    preview = json.loads(cli(project, example, "preview", "--json"))
     assert {step["op"] for step in preview.get("steps", [])} <= {"same"}
 
 
 def test_destroying_the_program_leaves_nothing(
-    project: Project, cluster: Cluster, package_example: Path
+    project: Project, cluster: Cluster, example: Path
 ) -> None:
-    cli(project, package_example, "destroy", "--yes", "--skip-preview")
-    assert pytorchjob(cluster, "default", "platform-ddp") is None
+    cli(project, example, "destroy", "--yes", "--skip-preview")
+    assert pytorchjob(cluster, "default", JOB) is None
     claim = NamespaceObjects(cluster, "default").get(
-        "persistent_volume_claim", "platform-ddp-checkpoints"
+        "persistent_volume_claim", f"{JOB}-checkpoints"
     )
     assert claim is None
+
+
+# -- a training stack that reads a cluster stack ------------------------------------------------
+
+
+def test_the_training_stack_reads_the_cluster_stack(
+    project: Project, cluster: Cluster, package_checkout: Path
+) -> None:
+    pair = package_checkout / "examples" / "stack-references"
+    clusters = program(project, pair / "cluster", "dev", "install")
+    cluster_dir = next(clusters)
+    kubeconfig = Path(project.variables["KUBECONFIG"]).read_text(encoding="utf-8")
+    cli(project, cluster_dir, "config", "set", "--secret", "kubeconfig", "--", kubeconfig)
+    cli(project, cluster_dir, "config", "set", "--secret", "registryPassword", "not-a-secret")
+    # The suite's plane's class (its example value, "standard", is a cloud cluster's).
+    cli(project, cluster_dir, "config", "set", "storageClass", STORAGE_CLASS)
+    cli(project, cluster_dir, "up", "--yes", "--skip-preview")
+    trainings = program(project, pair / "training", "dev", "install")
+    training_dir = next(trainings)
+    try:
+        cli(project, training_dir, "up", "--yes", "--skip-preview")
+        assert pytorchjob(cluster, "training", "referenced-ddp") is not None
+        state = cli(project, training_dir, "stack", "export")
+        assert "not-a-secret" not in state and kubeconfig not in state
+    finally:
+        next(trainings, None)
+        next(clusters, None)
+    assert pytorchjob(cluster, "training", "referenced-ddp") is None

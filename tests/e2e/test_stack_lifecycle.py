@@ -39,6 +39,7 @@ from tests.e2e.conftest import (
     REGISTRY_PASSWORD,
     Cluster,
     Project,
+    Result,
     Stack,
     command_status,
     own_lines,
@@ -198,18 +199,23 @@ def test_policy_pack_blocks_a_violating_change(
         stack.config_set("checkpoints.accessMode", "ReadWriteMany")
 
 
+def assert_refused_before_registering(result: Result, error: str) -> None:
+    """A preview that failed with the one-line error `error` (naming the key), no traceback, and
+    registered nothing: the engine registers the stack itself before the program runs."""
+    assert result.returncode != 0
+    error_lines = [line for line in result.output.splitlines() if "invalid config" in line]
+    assert error_lines, result.output
+    assert error in error_lines[0]
+    assert "Traceback" not in result.output
+    registered = [urn for urn in result.registered() if "pulumi:pulumi:Stack" not in urn]
+    assert registered == [], "a resource was registered despite the bad value"
+
+
 def test_bad_config_value_fails_preview_with_one_line_naming_the_key(stack: Stack) -> None:
     stack.config_set("job.batchSize", "0")
     try:
         result = stack.preview(check=False)
-        assert result.returncode != 0
-        error_lines = [line for line in result.output.splitlines() if "invalid config" in line]
-        assert error_lines, result.output
-        assert f"invalid config {PROJECT}:job.batchSize = 0" in error_lines[0]
-        assert "Traceback" not in result.output
-        # The engine registers the stack itself before the program runs; nothing else may be.
-        registered = [urn for urn in result.registered() if "pulumi:pulumi:Stack" not in urn]
-        assert registered == [], "a resource was registered despite the bad value"
+        assert_refused_before_registering(result, f"invalid config {PROJECT}:job.batchSize = 0")
     finally:
         stack.config_set("job.batchSize", "32")
 
@@ -219,12 +225,9 @@ def test_elastic_with_trainjob_fails_preview_with_one_line_naming_the_key(stack:
     stack.config_set("job.elastic.minNodes", "1")
     try:
         result = stack.preview(check=False)
-        assert result.returncode != 0
-        error_lines = [line for line in result.output.splitlines() if "invalid config" in line]
-        assert error_lines, result.output
-        assert f"invalid config {PROJECT}:job.elastic = 'set': job.api: trainjob" in error_lines[0]
-        registered = [urn for urn in result.registered() if "pulumi:pulumi:Stack" not in urn]
-        assert registered == [], "a resource was registered despite the bad value"
+        assert_refused_before_registering(
+            result, f"invalid config {PROJECT}:job.elastic = 'set': job.api: trainjob"
+        )
     finally:
         stack.cli("config", "rm", "--path", f"{PROJECT}:job.elastic")
 
