@@ -16,10 +16,11 @@
 # go to FILE, JSON lines) and CLUSTER_REGISTRY_PASSWORD_FILE (set by `python -m tools.cluster
 # run` for STACK=local: the stack's secret registryPassword follows the cluster's registry).
 #
-# The command itself runs through tools/pulumi_run.py (python3, standard library only): before it,
-# a lock left by a pulumi command that is gone (file backend) is removed and the operations an
-# interrupted update left unfinished are resolved; after a failure, one line says why and what
-# the next command does. docs/how-to/recover-failed-update.md lists them.
+# The command itself runs through tools/pulumi_run.py (python3, standard library only): it selects
+# the stack (creating it the first time); before the command, what a killed pulumi command left
+# on a file backend (an empty metadata file beside the state, a lock) is removed and the
+# operations an interrupted update left unfinished are resolved; after a failure, one line says
+# why and what the next command does. docs/how-to/recover-failed-update.md lists them.
 set -euo pipefail
 
 die() {
@@ -57,8 +58,6 @@ if [[ ${PULUMI_BACKEND_URL:-} == file://* && -z ${PULUMI_CONFIG_PASSPHRASE:-} &&
   die "the file backend ${PULUMI_BACKEND_URL} encrypts stack secrets with a passphrase:
   export PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE) and run this again."
 fi
-
-pulumi stack select --create "$stack"
 
 policy=(--policy-pack policy)
 if [[ -f "policy/config/$stack.json" ]]; then

@@ -14,6 +14,8 @@ passes) sets the stack's secret `registryPassword` from FILE when it is missing 
 What an interrupted `pulumi up` or `destroy` (a killed CLI, a laptop gone to sleep, a cancelled
 CI job) leaves, and what happens to it here:
 
+- An empty metadata file beside the stack's state (the file backend writes it in place, before
+  it renames the new state into place): removed, so the stack reads again (`open_stack`).
 - A lock. The file backend (`file://...`, `.pulumi-state/` by default) keeps one JSON file per
   running update under `.pulumi/locks/` (pkg/backend/diy/lock.go in pulumi 3.260: `pid`,
   `username`, `hostname`, `timestamp`), and a killed CLI never deletes its own. A lock written on
@@ -160,18 +162,47 @@ def file_backend_dir(url: str) -> Path | None:
     return Path(path).expanduser()
 
 
-def stack_lock_dir(backend: Path, project: str, stack: str) -> Path:
-    """Where the backend keeps the stack's locks: per project since the store's version 1
-    (`.pulumi/meta.yaml`), directly under the stack's name in the legacy layout (no meta.yaml)."""
-    locks = backend / ".pulumi" / "locks"
+def project_scoped(backend: Path) -> bool:
+    """Whether the store keeps stacks per project: since its version 1 (`.pulumi/meta.yaml`),
+    not in the legacy layout (no meta.yaml, or version 0)."""
     try:
         meta = (backend / ".pulumi" / "meta.yaml").read_text()
     except OSError:
-        return locks / stack
+        return False
     version = re.search(r"^version:\s*(\d+)", meta, re.MULTILINE)
-    if version is not None and int(version.group(1)) == 0:
-        return locks / stack
-    return locks / "organization" / project / stack
+    return version is None or int(version.group(1)) != 0
+
+
+def stack_lock_dir(backend: Path, project: str, stack: str) -> Path:
+    """Where the backend keeps the stack's locks."""
+    locks = backend / ".pulumi" / "locks"
+    return locks / "organization" / project / stack if project_scoped(backend) else locks / stack
+
+
+def stack_state_dir(backend: Path, project: str) -> Path:
+    """Where the backend keeps the project's stacks' states (`<stack>.json`, its `.bak`)."""
+    stacks = backend / ".pulumi" / "stacks"
+    return stacks / project if project_scoped(backend) else stacks
+
+
+def remove_torn_metadata(state_dir: Path, stack: str) -> list[Path]:
+    """The stack's empty metadata files, removed. The backend's blob store (gocloud's fileblob)
+    writes an object to a temporary file and renames it into place, but writes the `.attrs` file
+    beside it in place, before the rename: a command killed in between leaves that file empty,
+    the object whole (the previous state: the new one is the `.tmp` file never renamed), and every
+    command on the stack then fails with `failed to load checkpoint: EOF`. Without its metadata
+    file the object reads as it is; an empty one is never valid (it holds JSON)."""
+    torn = [path for path in sorted(state_dir.glob(f"{stack}.json*.attrs")) if is_empty(path)]
+    for path in torn:
+        path.unlink()
+    return torn
+
+
+def is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def stack_locks(lock_dir: Path) -> list[StackLock]:
@@ -408,6 +439,21 @@ def resolve_pending(cli: Cli, pending: Sequence[PendingOperation], action: str) 
 def last_error_line(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if "error" in line.lower()]
     return (lines or [line.strip() for line in output.splitlines() if line.strip()] or ["?"])[-1]
+
+
+def open_stack(cli: Cli, project: str) -> None:
+    """Make the stack readable again where a killed command left it unreadable, then select it
+    (creating it the first time): every later command names it."""
+    backend = file_backend_dir(cli.backend_url())
+    if backend is not None:
+        for path in remove_torn_metadata(stack_state_dir(backend, project), cli.stack):
+            note(
+                f"stack {cli.stack}: removed {path}, the empty metadata file a killed pulumi "
+                "command left beside the stack's state (the state itself is whole)"
+            )
+    done = cli.capture("stack", "select", "--create", cli.stack)
+    if done.returncode != 0:
+        raise StackError(f"cannot select stack {cli.stack}: {last_error_line(done.stderr)}")
 
 
 def prepare(cli: Cli, action: str, project: str, hostname: str) -> None:
@@ -765,6 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli = Cli(options.stack, options.command[0])
     try:
         project = project_name(Path("Pulumi.yaml"))
+        open_stack(cli, project)
         if options.action != "destroy":
             require_engine(options.stack)
         if options.registry_password_file is not None:

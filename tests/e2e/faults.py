@@ -25,7 +25,9 @@ from typing import Any
 import psutil
 
 from components.manifests import resource_names
+from components.settings import PROJECT
 from tests.e2e.conftest import Cluster, Result, Stack, read_events
+from tools.pulumi_run import file_backend_dir, remove_torn_metadata, stack_state_dir
 
 SEED = int(os.environ.get("PD_E2E_FAULT_SEED") or random.SystemRandom().randrange(2**32))
 NAMESPACE = "default"
@@ -300,6 +302,22 @@ class Kube:
 
 def exported(stack: Stack) -> dict[str, Any]:
     return json.loads(stack.cli("stack", "export").stdout).get("deployment") or {}
+
+
+def state_dir(stack: Stack) -> Path:
+    """Where the suite's file backend keeps the stack's state."""
+    backend = file_backend_dir(stack.project.variables["PULUMI_BACKEND_URL"])
+    assert backend is not None
+    return stack_state_dir(backend, PROJECT)
+
+
+def pending_after_a_kill(stack: Stack) -> list[Any] | None:
+    """The operations a killed command left pending, read before the next `make` command: a kill
+    in the moment the backend saves the state leaves its metadata file empty (the next command
+    removes it: test_a_state_save_torn_by_a_kill_is_read_again), which the plain CLI this reads
+    with cannot read past, so it is removed here first, as that command would."""
+    remove_torn_metadata(state_dir(stack), stack.name)
+    return exported(stack).get("pending_operations")
 
 
 def state_objects(deployment: dict[str, Any]) -> set[tuple[str, str]]:

@@ -35,7 +35,9 @@ from tests.e2e.faults import (
     explained,
     exported,
     finished,
+    pending_after_a_kill,
     seeded,
+    state_dir,
 )
 from tools.pulumi_run import StackLock, file_backend_dir, stack_lock_dir
 from tools.pulumi_run import stack_locks as stack_locks_in
@@ -117,7 +119,7 @@ def test_a_killed_up_is_recovered_by_the_next_up(
     running.kill()
     names = resource_names(stack.settings())
     survivors = kube.uids(names.job)
-    pending = exported(stack).get("pending_operations")
+    pending = pending_after_a_kill(stack)
 
     result = stack.up()
 
@@ -203,6 +205,27 @@ def stack_locks(stack: Stack) -> list[StackLock]:
     return stack_locks_in(stack_lock_dir(backend, PROJECT, stack.name))
 
 
+def test_a_state_save_torn_by_a_kill_is_read_again(stack: Stack) -> None:
+    """A command killed while the backend saved the state (between writing the empty metadata
+    file in place and renaming the new state into place) leaves `<stack>.json.attrs` empty, and
+    the CLI then reads no state at all; the next command removes that file and goes on from the
+    state saved before. The torn save is made here by hand (the kill that makes it is a moment
+    of a few microseconds)."""
+    ensure_deployed(stack)
+    metadata = state_dir(stack) / f"{stack.name}.json.attrs"
+    assert metadata.stat().st_size > 0
+    saved = exported(stack)
+    metadata.write_text("")
+
+    torn = stack.cli("stack", "export", check=False)
+    assert torn.returncode != 0
+    assert "failed to load checkpoint: EOF" in torn.stderr, torn.stderr
+
+    result = stack.preview()
+    assert any(f"removed {metadata}, the empty metadata file" in line for line in explained(result))
+    assert exported(stack) == saved
+
+
 def test_destroy_after_a_killed_up_leaves_nothing_unmanaged(
     stack: Stack, kube: Kube, claim: Claim, request: pytest.FixtureRequest
 ) -> None:
@@ -212,7 +235,7 @@ def test_destroy_after_a_killed_up_leaves_nothing_unmanaged(
     running.kill()
     names = resource_names(stack.settings())
     survivors = kube.uids(names.job)
-    pending = exported(stack).get("pending_operations")
+    pending = pending_after_a_kill(stack)
 
     result = stack.destroy()
 

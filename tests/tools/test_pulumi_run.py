@@ -25,7 +25,9 @@ from tools.pulumi_run import (
     parse,
     pending_operations,
     process_exists,
+    remove_torn_metadata,
     stack_lock_dir,
+    stack_state_dir,
     to_import,
 )
 
@@ -235,3 +237,31 @@ def test_an_engine_answers_only_where_one_listens(tmp_path: Path) -> None:
     assert not engine_answers(f"unix://{tmp_path / 'none.sock'}")
     assert not engine_answers("tcp://127.0.0.1:1")
     assert engine_answers("ssh://user@builder")  # not checked here: taken on trust
+
+
+def test_the_state_directory_follows_the_store_layout(tmp_path: Path) -> None:
+    stacks = tmp_path / ".pulumi" / "stacks"
+    assert stack_state_dir(tmp_path, "pytorch-distributed") == stacks
+    (tmp_path / ".pulumi").mkdir()
+    (tmp_path / ".pulumi" / "meta.yaml").write_text("version: 1\n")
+    assert stack_state_dir(tmp_path, "pytorch-distributed") == stacks / "pytorch-distributed"
+
+
+def test_only_the_stacks_empty_metadata_files_are_removed(tmp_path: Path) -> None:
+    """A killed command's torn write: the state whole, its `.attrs` empty, the new state a `.tmp`
+    never renamed. Only the empty metadata of this stack goes; the rest stays as it was."""
+    files = {
+        "dev.json": '{"version": 3}',
+        "dev.json.attrs": "",
+        "dev.json.bak": '{"version": 3}',
+        "dev.json.bak.attrs": '{"md5": "x"}',
+        "dev.json.1a2b.tmp": '{"version": 3, "newer": true}',
+        "prod.json": '{"version": 3}',
+        "prod.json.attrs": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert remove_torn_metadata(tmp_path, "dev") == [tmp_path / "dev.json.attrs"]
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == set(files) - {"dev.json.attrs"}
+    assert remove_torn_metadata(tmp_path, "dev") == []
