@@ -441,10 +441,10 @@ def last_error_line(output: str) -> str:
     return (lines or [line.strip() for line in output.splitlines() if line.strip()] or ["?"])[-1]
 
 
-def open_stack(cli: Cli, project: str) -> None:
-    """Make the stack readable again where a killed command left it unreadable, then select it
-    (creating it the first time): every later command names it."""
-    backend = file_backend_dir(cli.backend_url())
+def open_stack(cli: Cli, project: str, backend: Path | None) -> None:
+    """Make the stack readable again where a killed command left it unreadable (`backend`: the
+    file backend's directory, None for another backend), then select it (creating it the first
+    time): every later command names it."""
     if backend is not None:
         for path in remove_torn_metadata(stack_state_dir(backend, project), cli.stack):
             note(
@@ -456,9 +456,9 @@ def open_stack(cli: Cli, project: str) -> None:
         raise StackError(f"cannot select stack {cli.stack}: {last_error_line(done.stderr)}")
 
 
-def prepare(cli: Cli, action: str, project: str, hostname: str) -> None:
-    """Everything before the command itself: locks, then pending operations."""
-    backend = file_backend_dir(cli.backend_url())
+def prepare(cli: Cli, action: str, project: str, hostname: str, backend: Path | None) -> None:
+    """Everything before the command itself: locks (`backend` as open_stack's), then pending
+    operations."""
     if backend is not None:
         locks = stack_locks(stack_lock_dir(backend, project, cli.stack))
         handle_locks(locks, action, cli.stack, hostname)
@@ -811,12 +811,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli = Cli(options.stack, options.command[0])
     try:
         project = project_name(Path("Pulumi.yaml"))
-        open_stack(cli, project)
+        # Asked once: without PULUMI_BACKEND_URL, `pulumi whoami` says which backend it is.
+        backend = file_backend_dir(cli.backend_url())
+        open_stack(cli, project, backend)
         if options.action != "destroy":
             require_engine(options.stack)
         if options.registry_password_file is not None:
             sync_secret(cli, f"{project}:registryPassword", options.registry_password_file)
-        prepare(cli, options.action, project, socket.gethostname())
+        prepare(cli, options.action, project, socket.gethostname(), backend)
     except StackError as error:
         note(str(error))
         return error.exit_code
