@@ -18,11 +18,11 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -48,7 +48,6 @@ from tests.e2e.kube import NamespaceObjects
 from tests.support.waiting import wait_until
 from tools.local_backends.pods import container_env
 
-T = TypeVar("T")
 NAMESPACE = "default"
 # Each job API's stack file in tests/e2e/.
 STACKS = {"pytorchjob": "e2e", "trainjob": "e2e-trainjob"}
@@ -428,14 +427,13 @@ def assert_the_run_object_is_its_own(kube: Kube, job: dict[str, Any], nodes: int
     was deleted in the background, and the new one was made only once the old run was gone (else
     Trainer would have applied the new JobSet onto the old one, its pods still running)."""
     name = job["metadata"]["name"]
-    run = wait_for(lambda: kube.run_object(name), "the new run object")
+    wait_until(lambda: kube.run_object(name) is not None, "the new run object", 120)
+    run = kube.run_object(name)
     owners = [owner["uid"] for owner in run["metadata"].get("ownerReferences", [])]
     assert owners == [job["metadata"]["uid"]], run["metadata"]
     assert run["metadata"].get("deletionTimestamp") is None
-    pods = wait_for(
-        lambda: (found := kube.pods(name)) and len(found) == nodes and found,
-        "the new run's pods",
-    )
+    wait_until(lambda: len(kube.pods(name)) == nodes, "the new run's pods", 120)
+    pods = kube.pods(name)
     created = moment(run["metadata"]["creationTimestamp"])
     assert all(moment(pod["metadata"]["creationTimestamp"]) >= created for pod in pods), pods
 
@@ -443,14 +441,6 @@ def assert_the_run_object_is_its_own(kube: Kube, job: dict[str, Any], nodes: int
 def moment(timestamp: str) -> datetime:
     """A timestamp as the API server writes it (`...Z`) or the client serializes it."""
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-
-
-def wait_for(read: Callable[[], T | None | bool], what: str, seconds: float = 120) -> T:
-    deadline = time.monotonic() + seconds
-    while not (found := read()):
-        assert time.monotonic() < deadline, f"{what}: not there after {seconds:.0f}s"
-        time.sleep(0.5)
-    return found  # type: ignore[return-value]
 
 
 def running_pod_of(kube: Kube, name: str, job_uid: str) -> Any | None:
@@ -583,8 +573,10 @@ def test_destroy_keeps_the_retained_claim_and_up_reuses_it_with_its_data(
         assert kube.runtimes() == []
     if api.run_object is not None:
         # Deleted in the background: the run object and its pods go right after.
-        wait_for(
-            lambda: kube.run_object(names.job) is None and kube.pods(names.job) == [], "cleanup"
+        wait_until(
+            lambda: kube.run_object(names.job) is None and kube.pods(names.job) == [],
+            "cleanup",
+            120,
         )
     kept = kube.claim(names.claim)
     assert kept is not None and kept["metadata"]["uid"] == claim["metadata"]["uid"]
