@@ -10,12 +10,13 @@ VENV ?= .venv## where the virtual environment goes
 REQUIREMENTS := requirements.txt policy/requirements.txt requirements-dev.txt requirements-docs.txt
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16)
-STACK ?= dev## the stack, Pulumi.<STACK>.yaml: dev, prod, trainjob, or local (the one-machine cluster)
+STACK ?= dev## the stack, Pulumi.<STACK>.yaml: dev, prod, trainjob, digits, or local and digits-local (the one-machine cluster's)
 PULUMI_ARGS ?=## more flags for pulumi preview|up|destroy (--yes, --expect-no-changes, --replace URN)
 EVENT_LOG ?=## preview|up|destroy: also write the engine's events to this file, one JSON line each
 OUT ?=## make checkpoint: where the copies go (default .checkpoints/<STACK>-retrieved)
 RETRIEVE_ARGS ?=## make checkpoint: more flags (--all, --epoch 4, --image IMAGE)
 STATUS_ARGS ?=## make status: more flags (--no-follow, --tail N)
+CONFIG_ARGS ?=## make config: what follows `pulumi config` ('set --path KEY VALUE', 'set --secret --path KEY' reading stdin, 'get KEY')
 BACKEND ?= process## make local: process (torchrun here) or container (each replica a container of IMAGE)
 CHECKPOINT_ROOT ?=## make local: where the run's checkpoints go: a directory (default .checkpoints/<STACK>) or s3://BUCKET[/PREFIX]
 # The image's name and podman's OCI runtime for the image targets and the container backend come
@@ -29,17 +30,26 @@ PYTEST_WORKERS ?= auto## make pytest / test-fast: pytest-xdist workers (0: one p
 E2E_WORKERS ?= 2## make e2e: pytest-xdist workers, each with a control plane of its own (0: one process)
 PD_E2E_PULUMI ?=## make e2e: your own Pulumi CLI instead of the one make e2e-tools builds
 
-# STACK=local runs on the one-machine cluster: its targets start the cluster when it is not
-# running and run with its kubeconfig, Docker API, tools and registry password (tools/cluster/).
-CLUSTER_STACK := local
-ON_CLUSTER := $(if $(filter $(CLUSTER_STACK),$(STACK)),$(BIN)/python -m tools.cluster run --registry-port $(CLUSTER_REGISTRY_PORT) --)
+# A stack whose kubeContext is the one-machine cluster's (Pulumi.local.yaml, a copy of it for your
+# own code) runs on it: preview, up and destroy start the cluster when it is not running, and
+# every target of the stack runs with its kubeconfig, Docker API, tools and registry password
+# (tools/cluster/). tools/cluster/stacks.py says which stacks, with the system's python3 (no
+# virtual environment yet), once, and only for the targets that read a stack; a stack naming the
+# cluster's registry on another context is told so there.
+STACK_GOALS := $(filter preview up destroy status checkpoint config,$(MAKECMDGOALS))
+ifneq ($(STACK_GOALS),)
+CLUSTER_STACK := $(shell $(PYTHON) -m tools.cluster.stacks '$(STACK)' --registry-port '$(CLUSTER_REGISTRY_PORT)')
+endif
+ON_CLUSTER := $(if $(CLUSTER_STACK),$(BIN)/python -m tools.cluster run --registry-port $(CLUSTER_REGISTRY_PORT) --)
 # status and checkpoint read what runs: they never start it.
-ON_RUNNING_CLUSTER := $(if $(ON_CLUSTER),$(BIN)/python -m tools.cluster run --no-start --)
+ON_RUNNING_CLUSTER := $(if $(CLUSTER_STACK),$(BIN)/python -m tools.cluster run --no-start --)
+# config needs only the cluster's Pulumi CLI, running or not.
+WITH_CLUSTER_TOOLS := $(if $(CLUSTER_STACK),$(BIN)/python -m tools.cluster run --tools-only --)
 
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tools/cluster/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: checkpoint cluster cluster-down cluster-status docs docs-serve help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
+.PHONY: checkpoint cluster cluster-down cluster-status config docs docs-serve help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets and the variables they read.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -130,28 +140,34 @@ checkpoint: $(STAMP) ## Copy STACK's newest checkpoint from its claim to OUT (de
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)
 
-# preview, up and destroy need the Pulumi CLI: without it, say so before building any virtual
-# environment. The script's own checks (the stack file, the CLI) fail first and say why. The
-# one-machine cluster brings its own CLI (STACK=local).
-PULUMI_GOALS := $(filter preview up destroy,$(MAKECMDGOALS))
-pulumi-cli: ## Check that the Pulumi CLI is installed (preview, up and destroy do it first).
-	@$(if $(ON_CLUSTER),true,command -v pulumi >/dev/null 2>&1 || scripts/pulumi-stack.sh $(firstword $(PULUMI_GOALS) preview) $(STACK))
+# preview, up, destroy and config need the Pulumi CLI: without it, say so before building any
+# virtual environment. The script's own checks (the stack file, the CLI) fail first and say why.
+# The one-machine cluster brings its own CLI (a stack of the cluster).
+PULUMI_GOALS := $(filter preview up destroy config,$(MAKECMDGOALS))
+pulumi-cli: ## Check that the Pulumi CLI is installed (preview, up, destroy and config do it first).
+	@$(if $(CLUSTER_STACK),true,command -v pulumi >/dev/null 2>&1 || scripts/pulumi-stack.sh $(firstword $(PULUMI_GOALS) preview) $(STACK))
 ifneq ($(PULUMI_GOALS),)
 $(STAMP) $(POLICY_STAMP): | pulumi-cli
 endif
 
 PULUMI_STACK = EVENT_LOG=$(EVENT_LOG) PYTHON=$(BIN)/python $(ON_CLUSTER) scripts/pulumi-stack.sh
 
-preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI; STACK=local: the cluster's).
+preview: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi preview --diff for STACK (needs the Pulumi CLI; a stack of the one-machine cluster: the cluster's).
 	$(PULUMI_STACK) preview $(STACK) $(PULUMI_ARGS)
 
-# STACK=local refreshes first: each `make cluster` is a new cluster, on which the objects the
-# state lists are gone until the refresh says so and the update creates them again.
-up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster; STACK=local starts the one-machine cluster).
+# A stack of the one-machine cluster refreshes first: each `make cluster` is a new cluster, on
+# which the objects the state lists are gone until the refresh says so and the update creates
+# them again.
+up: pulumi-cli $(STAMP) $(POLICY_STAMP) ## pulumi up for STACK (needs the Pulumi CLI and a cluster; a stack of the one-machine cluster starts it).
 	$(PULUMI_STACK) up $(STACK) $(if $(ON_CLUSTER),--refresh) $(PULUMI_ARGS)
 
 destroy: pulumi-cli $(STAMP) ## pulumi destroy for STACK (checkpoints survive unless retainOnDestroy is false).
 	$(PULUMI_STACK) destroy $(STACK) $(PULUMI_ARGS)
+
+# On the backend the other targets use (.pulumi-state/ without a login), which a bare `pulumi`
+# in your shell does not know of; the stack is created the first time.
+config: pulumi-cli $(STAMP) ## pulumi config for STACK on make's backend: CONFIG_ARGS='set --secret --path KEY' (the value from stdin).
+	@PYTHON=$(BIN)/python $(WITH_CLUSTER_TOOLS) scripts/pulumi-stack.sh config $(STACK) $(CONFIG_ARGS)
 
 status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follows the master's log to the end.
 	@$(ON_RUNNING_CLUSTER) $(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)

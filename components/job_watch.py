@@ -75,8 +75,12 @@ def api_error_reason(error: BaseException) -> str:
     return " ".join(str(reason or error).split())
 
 
-# Where the one-machine cluster comes from, said after each error about a missing cluster.
-LOCAL_CLUSTER = "for STACK=local, `make cluster` starts the one-machine cluster"
+# Where the one-machine cluster comes from, said after each error about a missing cluster: `make`
+# runs a stack with this kubeContext (tools/cluster/stacks.py) on it, starting it when needed.
+LOCAL_CLUSTER = (
+    "or, for the one-machine cluster, kubeContext: pytorch-distributed-local in the stack, as "
+    "Pulumi.local.yaml has"
+)
 
 
 def kubeconfig_path() -> str:

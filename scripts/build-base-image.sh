@@ -8,8 +8,9 @@
 #   scripts/build-base-image.sh --print-if-built   # its name if podman has it, else exit 1
 #
 # The image is a debootstrap'd minimal bookworm with python3 and a virtual environment in
-# /opt/venv (on PATH, so `torchrun` is there as in the NGC image) holding torch and numpy, and
-# boto3, which trainer/Dockerfile installs (so its pip finds it there and needs no network).
+# /opt/venv (on PATH, so `torchrun` is there as in the NGC image) holding torch and numpy, boto3,
+# which trainer/Dockerfile installs, and scikit-learn, which examples/digits/Dockerfile installs
+# (so their pip finds them there and an image built on it needs no network).
 # The PyPI torch for Linux is a CUDA build: it cannot import without its nvidia-* wheels (about
 # 2.7 GB installed), so they are in, and the image is about 4 GB like the NGC one. The script
 # checks `import torch` and a gloo all-reduce inside the image before tagging it. Run it as root
@@ -26,9 +27,9 @@ cd "$repo_root"
 python=${PYTHON:-.venv/bin/python}
 suite=${DEBIAN_SUITE:-bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-pins=$(grep -E '^(torch|numpy|boto3)==' requirements-dev.txt | sort)
-[[ $(wc -l <<<"$pins") -eq 3 ]] || {
-  echo "build-base-image.sh: requirements-dev.txt must pin torch==, numpy== and boto3==" >&2
+pins=$(grep -E '^(torch|numpy|boto3|scikit-learn)==' requirements-dev.txt | sort)
+[[ $(wc -l <<<"$pins") -eq 4 ]] || {
+  echo "build-base-image.sh: requirements-dev.txt must pin torch==, numpy==, boto3== and scikit-learn==" >&2
   exit 2
 }
 inputs_hash=$(printf '%s\n' "$(cat "${BASH_SOURCE[0]}")" "$suite" "$pins" | sha256sum | cut -c1-16)
@@ -79,7 +80,7 @@ debootstrap --variant=minbase --include=python3,python3-venv "$suite" "$rootfs" 
 
 echo "base image: wheels for $(tr '\n' ' ' <<<"$pins")" >&2
 mkdir -p "$wheels"
-# torch and boto3 with every dependency, CUDA runtime wheels included: the PyPI torch for Linux links
+# The pins with every dependency, CUDA runtime wheels included: the PyPI torch for Linux links
 # libtorch_cuda.so (and through it cudart, cuBLAS, cuDNN, NCCL, ...) into torch._C, so it does
 # not import without them, not even on the CPU.
 # shellcheck disable=SC2086 # one pin per word

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# `make preview|up|destroy STACK=<stack>`: run the real Pulumi CLI on one stack.
+# `make preview|up|destroy|config STACK=<stack>`: run the real Pulumi CLI on one stack.
 #
-# Usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]
+# Usage: scripts/pulumi-stack.sh <preview|up|destroy|config> <stack> [pulumi flags...]
 #
 # Flags after the stack go to `pulumi preview|up|destroy` as they are (`make up STACK=dev
-# PULUMI_ARGS=--yes` passes --yes; `--expect-no-changes`, `--replace URN`, ...).
+# PULUMI_ARGS=--yes` passes --yes; `--expect-no-changes`, `--replace URN`, ...); for config, the
+# words after `pulumi config` (`make config STACK=dev CONFIG_ARGS='set --path KEY VALUE'`): the
+# same backend as the other actions, which a bare `pulumi config` without a login would not use.
 # Backend: whatever you are logged in to (`pulumi login ...`) or PULUMI_BACKEND_URL names; with
 # neither, the local file backend .pulumi-state/ in this checkout. A file backend encrypts the
 # stack's secrets with PULUMI_CONFIG_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE_FILE), taken from
@@ -28,13 +30,13 @@ die() {
   exit 1
 }
 
-[[ $# -ge 2 ]] || die "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]"
+[[ $# -ge 2 ]] || die "usage: scripts/pulumi-stack.sh <preview|up|destroy|config> <stack> [pulumi flags...]"
 action=$1
 stack=$2
 shift 2
 case $action in
-  preview | up | destroy) ;;
-  *) die "unknown action '$action': expected preview, up or destroy" ;;
+  preview | up | destroy | config) ;;
+  *) die "unknown action '$action': expected preview, up, destroy or config" ;;
 esac
 [[ $stack =~ ^[A-Za-z0-9._-]+$ ]] || die "invalid stack name '$stack'"
 
@@ -51,7 +53,9 @@ fi
 if [[ -z ${PULUMI_BACKEND_URL:-} ]] && ! pulumi whoami >/dev/null 2>&1; then
   export PULUMI_BACKEND_URL="file://$repo/.pulumi-state"
   mkdir -p .pulumi-state
-  echo "pulumi-stack.sh: no backend configured; using the local file backend .pulumi-state/" >&2
+  echo "pulumi-stack.sh: no backend configured; using the local file backend .pulumi-state/" \
+    "(\`make config STACK=$stack CONFIG_ARGS='...'\` sets its config; for a bare pulumi in your" \
+    "shell: export PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL)" >&2
 fi
 if [[ ${PULUMI_BACKEND_URL:-} == file://* && -z ${PULUMI_CONFIG_PASSPHRASE:-} &&
   -z ${PULUMI_CONFIG_PASSPHRASE_FILE:-} ]]; then
@@ -62,13 +66,14 @@ fi
 policy=(--policy-pack policy)
 if [[ -f "policy/config/$stack.json" ]]; then
   policy+=(--policy-pack-config "policy/config/$stack.json")
-elif [[ $action != destroy ]]; then
+elif [[ $action == preview || $action == up ]]; then
   echo "pulumi-stack.sh: stack $stack has no policy/config/$stack.json: the policy pack runs with its defaults (no opt-outs: docs/reference/policy.md)" >&2
 fi
 
 case $action in
   preview | up) argv=(pulumi "$action" --stack "$stack" --diff "${policy[@]}" "$@") ;;
   destroy) argv=(pulumi destroy --stack "$stack" "$@") ;;
+  config) argv=(pulumi config --stack "$stack" "$@") ;;
 esac
 command -v "${PYTHON:-python3}" >/dev/null 2>&1 ||
   die "no ${PYTHON:-python3} on PATH: install Python 3 (the Pulumi program needs it too)"

@@ -150,6 +150,27 @@ def _flags(words: list[str]) -> list[str]:
     return [word.split("=")[0] for word in words if word.startswith("--") and len(word) > 2]
 
 
+def config_set_problems(args: list[str]) -> list[str]:
+    """What `pulumi config set ARGS` would get wrong: a key the stack does not declare."""
+    values = [
+        w
+        for i, w in enumerate(args)
+        if not w.startswith("-") and not (i > 0 and args[i - 1] == "--stack")
+    ]
+    key = values[0].removeprefix("pytorch-distributed:") if values else ""
+    keys = setting_keys()
+    if (
+        key
+        and key not in keys
+        and not any(
+            key.startswith(f"{declared}.") and allowed.startswith("an object of")
+            for declared, allowed in keys.items()
+        )
+    ):
+        return [f"pulumi config set {key}: no such setting"]
+    return []
+
+
 def problems(command: list[str]) -> list[str]:
     """What would make `command` fail as the docs show it; empty when nothing would."""
     found = []
@@ -168,6 +189,10 @@ def problems(command: list[str]) -> list[str]:
             if ASSIGNMENT.match(word):
                 if (name := word.split("=")[0]) not in make_variables():
                     found.append(f"make variable {name}: the Makefile does not declare it")
+                # `make config CONFIG_ARGS='set --path KEY VALUE'`: what follows `pulumi config`.
+                config = shlex.split(word.split("=", 1)[1]) if name == "CONFIG_ARGS" else []
+                if config[:1] == ["set"]:
+                    found += config_set_problems(config[1:])
             elif not word.startswith("-") and word not in phony_targets():
                 found.append(f"make {word}: no such target")
     elif Path(program).name.startswith("python") and "-m" in words:
@@ -194,22 +219,7 @@ def problems(command: list[str]) -> list[str]:
                 if flag not in trainer_flags()
             ]
     elif program == "pulumi" and words[:2] == ["config", "set"]:
-        values = [
-            w
-            for i, w in enumerate(words[2:])
-            if not w.startswith("-") and not (i > 0 and words[2:][i - 1] == "--stack")
-        ]
-        key = values[0].removeprefix("pytorch-distributed:") if values else ""
-        keys = setting_keys()
-        if (
-            key
-            and key not in keys
-            and not any(
-                key.startswith(f"{declared}.") and allowed.startswith("an object of")
-                for declared, allowed in keys.items()
-            )
-        ):
-            found.append(f"pulumi config set {key}: no such setting")
+        found += config_set_problems(words[2:])
     elif program == "pulumi" and words[:2] == ["stack", "output"]:
         names = [w for w in words[2:] if not w.startswith("-") and not PLACEHOLDER.match(w)]
         found += [f"stack output {n}: not declared" for n in names if n not in stack_output_names()]
@@ -242,11 +252,15 @@ def test_the_command_check_catches_what_would_fail() -> None:
         "scripts/no-such.sh",
         ".venv/bin/torchrun --standalone -m trainer 4 2 --batchsize 3",
         "pulumi config set --path pytorch-distributed:job.epochs 3",
+        "make config STACK=dev CONFIG_ARGS='set --path pytorch-distributed:job.epochs 3'",
         "pulumi stack output logCommand",
     ):
         assert [p for command in _simple_commands(line) for p in problems(command)], line
     assert not problems(["make", "up", "STACK=dev", "PULUMI_ARGS=--yes"])
     assert not problems(["pulumi", "config", "set", "--path", "labels.team", "vision"])
+    assert not problems(
+        ["make", "config", "STACK=dev", "CONFIG_ARGS=set --path pytorch-distributed:job.nodes 3"]
+    )
 
 
 def test_every_generated_block_is_what_its_source_says_now() -> None:

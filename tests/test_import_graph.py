@@ -30,8 +30,8 @@ ALLOWED = {
 # Layers inside a package, lowest first: a module never imports one of a higher layer. Settings
 # -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's
 # disk writer -> a run's storage (the interface and its backends) -> checkpoint store, metrics
-# and command line -> resume decision and restore -> training loop; the cluster's processes and
-# node network -> Trainer plane -> control plane and its real node -> the Docker API -> the
+# and command line -> resume decision and restore -> training loop; which stacks are the
+# cluster's (standard library only) -> the cluster's processes and node network -> Trainer plane -> control plane and its real node -> the Docker API -> the
 # background service -> its command line.
 LAYERS = (
     (
@@ -58,6 +58,7 @@ LAYERS = (
         ("trainer.loop",),
     ),
     (
+        ("tools.cluster.stacks",),
         ("tools.cluster.processes", "tools.cluster.node_network"),
         ("tools.cluster.trainer_plane",),
         ("tools.cluster.control_plane", "tools.cluster.real_node"),

@@ -87,23 +87,80 @@ def dry_run(*args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_the_local_stack_runs_on_the_one_machine_cluster() -> None:
-    """STACK=local: preview, up and destroy start the cluster when needed; status and
-    checkpoint use it while it runs and never start it. Other stacks run as they are."""
+@pytest.mark.parametrize("stack", ["local", "digits-local"])
+def test_a_stack_of_the_one_machine_cluster_runs_on_it(stack: str) -> None:
+    """A stack whose kubeContext is the cluster's, whatever its name: preview, up and destroy
+    start the cluster when needed; status and checkpoint use it while it runs and never start
+    it; config gets its Pulumi CLI only."""
     for target in ("preview", "up", "destroy"):
         assert "-m tools.cluster run --registry-port 5000 -- scripts/pulumi-stack.sh" in dry_run(
-            target, "STACK=local"
+            target, f"STACK={stack}"
         )
-        assert "tools.cluster" not in dry_run(target, "STACK=dev")
     # Each `make cluster` is a new cluster: up reads back what of the state's objects is gone.
-    assert dry_run("up", "STACK=local").endswith("scripts/pulumi-stack.sh up local --refresh")
-    assert "--refresh" not in dry_run("up", "STACK=dev")
+    assert dry_run("up", f"STACK={stack}").endswith(f"scripts/pulumi-stack.sh up {stack} --refresh")
     assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.status" in dry_run(
-        "status", "STACK=local"
+        "status", f"STACK={stack}"
     )
     assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.retrieve" in dry_run(
-        "checkpoint", "STACK=local", "OUT=/tmp/out"
+        "checkpoint", f"STACK={stack}", "OUT=/tmp/out"
     )
+    assert dry_run("config", f"STACK={stack}", "CONFIG_ARGS=get x").endswith(
+        f"-m tools.cluster run --tools-only -- scripts/pulumi-stack.sh config {stack} get x"
+    )
+    assert "tools.cluster" not in dry_run("local", f"STACK={stack}")
+
+
+@pytest.mark.parametrize("stack", ["dev", "digits"])
+def test_another_stack_runs_as_it_is(stack: str) -> None:
+    for target in ("preview", "up", "destroy", "status", "checkpoint", "config"):
+        assert "tools.cluster" not in dry_run(target, f"STACK={stack}")
+    assert "--refresh" not in dry_run("up", f"STACK={stack}")
+    assert dry_run("config", f"STACK={stack}", "CONFIG_ARGS=set --path k v").endswith(
+        f"scripts/pulumi-stack.sh config {stack} set --path k v"
+    )
+
+
+def checkout_for_make(directory: Path) -> None:
+    """What `make -n` of a stack target reads: the Makefile, its includes, the requirements its
+    stamps hash and the module that says which stacks are the cluster's."""
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "requirements-docs.txt"):
+        shutil.copy2(REPO_ROOT / name, directory / name)
+    (directory / "policy").mkdir()
+    shutil.copy2(REPO_ROOT / "policy" / "requirements.txt", directory / "policy")
+    for name in ("__init__.py", "cluster/__init__.py", "cluster/stacks.py", "containers"):
+        source, target = REPO_ROOT / "tools" / name, directory / "tools" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy2(source, target)
+
+
+def test_a_stack_naming_the_clusters_registry_on_another_context_is_told_so_once(
+    tmp_path: Path,
+) -> None:
+    checkout_for_make(tmp_path)
+    local = (REPO_ROOT / "Pulumi.local.yaml").read_text()
+    (tmp_path / "Pulumi.mymodel.yaml").write_text(
+        local.replace("kubeContext: pytorch-distributed-local", "kubeContext: kind-kind")
+    )
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", "up", "STACK=mymodel"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: stack mymodel names the one-machine cluster's registry 127.0.0.1:5000 but runs on "
+        "kubeContext kind-kind, not the cluster: `make` gives it your own kubeconfig, Docker "
+        "engine and Pulumi CLI; for the cluster set kubeContext: pytorch-distributed-local (as "
+        "Pulumi.local.yaml does)"
+    ]
+    assert "tools.cluster" not in done.stdout
 
 
 def test_event_log_reaches_the_wrapper_as_a_variable() -> None:

@@ -1,6 +1,7 @@
 """One `pulumi preview|up|destroy` as `make` runs it (scripts/pulumi-stack.sh hands over here):
 first clear what an interrupted command left on the stack, then run it, then say in one line why
-it failed and what the next command does.
+it failed and what the next command does. `config` (`make config`) only selects the stack,
+creating it the first time, and runs `pulumi config ...` on it as it is, reading the terminal.
 
     python3 -m tools.pulumi_run ACTION STACK [--event-log FILE] [--registry-password-file FILE] \
         -- PULUMI_ARGV...
@@ -55,7 +56,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 PREFIX = "pulumi-stack.sh: "
-ACTIONS = ("preview", "up", "destroy")
+ACTIONS = ("preview", "up", "destroy", "config")
 # pulumi-kubernetes names an object `<namespace>/<name>` (cluster-scoped: `<name>`).
 KUBERNETES_PREFIX = "kubernetes:"
 EVENT_LOG_FLAG = "--event-log"
@@ -814,6 +815,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Asked once: without PULUMI_BACKEND_URL, `pulumi whoami` says which backend it is.
         backend = file_backend_dir(cli.backend_url())
         open_stack(cli, project, backend)
+        if options.action == "config":
+            # Its stdin is the user's: `set --secret KEY` reads the value there, never argv.
+            returncode = subprocess.run(options.command, check=False).returncode
+            return 128 - returncode if returncode < 0 else returncode
         if options.action != "destroy":
             require_engine(options.stack)
         if options.registry_password_file is not None:

@@ -350,12 +350,19 @@ class Project:
         )
 
     def run(
-        self, argv: list[str], *, env: Mapping[str, str] | None = None, check: bool = True
+        self,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """`argv` in the project; `stdin`: what the user types at its prompt."""
         done = subprocess.run(
             argv,
             cwd=self.work_dir,
             env=self.environment(env),
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=CLI_TIMEOUT_S,
@@ -382,9 +389,10 @@ class Project:
         *,
         env: Mapping[str, str] | None = None,
         check: bool = True,
+        stdin: str | None = None,
         **variables: str,
     ) -> subprocess.CompletedProcess[str]:
-        return self.run(self.make_argv(target, **variables), env=env, check=check)
+        return self.run(self.make_argv(target, **variables), env=env, check=check, stdin=stdin)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """The CLI itself, what a user types in the project directory."""
@@ -466,10 +474,18 @@ class Stack:
         return self.project.run(["pulumi", *args, "--stack", self.name], env=self.env, check=check)
 
     def config_set(self, key: str, value: str, *, secret: bool = False) -> None:
-        """`pulumi config set --path pytorch-distributed:KEY VALUE`, as the README shows."""
-        self.cli(
-            "config", "set", "--path", *(["--secret"] if secret else []), f"{PROJECT}:{key}", value
+        """`make config STACK=... CONFIG_ARGS='set --path pytorch-distributed:KEY VALUE'`, as the
+        README shows; a secret's value on stdin, as a user types it at the prompt."""
+        words = ("set", "--secret", "--path", f"{PROJECT}:{key}") if secret else None
+        done = self.project.make(
+            "config",
+            env=self.env,
+            check=False,
+            stdin=value if secret else None,
+            STACK=self.name,
+            CONFIG_ARGS=make_args(words or ("set", "--path", f"{PROJECT}:{key}", value)),
         )
+        assert done.returncode == 0, f"make config STACK={self.name}:\n{done.stdout}{done.stderr}"
 
     def config(self) -> dict[str, Any]:
         path = self.project.work_dir / f"Pulumi.{self.name}.yaml"

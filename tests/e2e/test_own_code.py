@@ -15,9 +15,9 @@ example of examples/digits as a user runs it.
 - `make checkpoint` copies the script's CHECKPOINT_DIR (no trainer manifest: copied whole, and
   said unverified); `make destroy` leaves the data claim alone.
 
-The image's requirements (scikit-learn from PyPI) are installed into the base image first, from
-wheels pip downloads here: the build through the Docker API then needs no network (pip finds
-them satisfied), as a node's build would on a cluster's mirror.
+The image's requirements (scikit-learn) are in the stand-in base image (scripts/build-base-image.sh
+installs them from PyPI's wheels): the build through the Docker API then needs no network (pip
+finds them satisfied), as a node's build would on a cluster's mirror.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import yaml
 from components.manifests import resource_names
 from components.settings import PROJECT, TRAINER_UID, StackSettings
 from tests.conftest import REPO_ROOT
-from tests.containers import build_base_image, docker_api, podman
+from tests.containers import build_base_image, docker_api
 from tests.e2e.conftest import (
     REAL_NODE_USER,
     Cluster,
@@ -55,7 +55,6 @@ pytestmark = pytest.mark.timeout(2400)
 STACK = "e2e-own-code"
 USERNAME = REAL_NODE_USER
 EXAMPLE = REPO_ROOT / "examples" / "digits"
-REQUIREMENTS_BASE = "localhost/pytorch-distributed-base:e2e-own-code"
 DATA_CLAIM = "digits-data"
 TOKEN = "hf_e2e-own-code-not-real-3b9f0c"
 # The scenario's taint and label on the real node (its own stay: the namespace's pods tolerate
@@ -140,32 +139,9 @@ def data_claim(kube: Kube, node: RealNode) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def base_image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The stand-in base image with the example's requirements installed from PyPI's wheels."""
-    base = build_base_image()
-    context = tmp_path_factory.mktemp("requirements-base")
-    shutil.copy(EXAMPLE / "requirements.txt", context / "requirements.txt")
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"),
-            *("--dest", str(context / "wheels"), "-r", str(EXAMPLE / "requirements.txt")),
-        ],
-        check=True,
-        timeout=900,
-    )
-    (context / "Dockerfile").write_text(
-        "ARG BASE_IMAGE\n"
-        "FROM ${BASE_IMAGE}\n"
-        "COPY . /tmp/requirements\n"
-        "RUN python3 -m pip install --no-index --find-links /tmp/requirements/wheels \\\n"
-        "    -r /tmp/requirements/requirements.txt && rm -rf /tmp/requirements\n"
-    )
-    podman(
-        *("build", "--quiet", "--network", "none", "--build-arg", f"BASE_IMAGE={base}"),
-        *("-t", REQUIREMENTS_BASE, str(context)),
-        timeout=1800,
-    )
-    return REQUIREMENTS_BASE
+def base_image() -> str:
+    """The stand-in base image, which has the example's requirements (scikit-learn)."""
+    return build_base_image()
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
+from tools.cluster.stacks import on_cluster
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 SHELLCHECK = REPO_ROOT / ".venv" / "bin" / "shellcheck"
@@ -24,9 +25,8 @@ def load(name: str) -> dict[str, Any]:
     return yaml.safe_load((WORKFLOWS / name).read_text())
 
 
-# The one-machine cluster's stack runs where `make cluster` runs, never on a team's cluster: a
-# pull request has nothing to preview it against (the real-engine suite brings up that cluster).
-CLUSTER_STACK = "local"
+# The one-machine cluster's stacks run where `make cluster` runs, never on a team's cluster: a
+# pull request has nothing to preview them against (the real-engine suite brings up that cluster).
 
 
 def stacks() -> list[str]:
@@ -34,7 +34,7 @@ def stacks() -> list[str]:
 
 
 def team_stacks() -> list[str]:
-    return [stack for stack in stacks() if stack != CLUSTER_STACK]
+    return [stack for stack in stacks() if not on_cluster(stack)]
 
 
 def stack_files() -> list[Path]:

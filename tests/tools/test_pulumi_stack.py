@@ -46,12 +46,14 @@ if args[0] == "whoami":
     sys.exit(1)
 store = os.environ.get("PULUMI_CONFIG_STORE", "/nonexistent")
 config = json.load(open(store)) if os.path.exists(store) else {{}}
-if args[:2] == ["config", "get"]:
-    if args[-1] not in config:
+# `--stack NAME` may stand anywhere (`pulumi config --stack NAME set ...`, as cobra allows).
+words = [a for i, a in enumerate(args) if a != "--stack" and (i == 0 or args[i - 1] != "--stack")]
+if words[:2] == ["config", "get"]:
+    if words[-1] not in config:
         sys.exit(1)
-    print(config[args[-1]])
-if args[:2] == ["config", "set"]:
-    config[args[-1]] = sys.stdin.read().strip()
+    print(config[words[-1]])
+if words[:2] == ["config", "set"]:
+    config[words[-1]] = sys.stdin.read().strip()
     json.dump(config, open(store, "w"))
 if args[:2] == ["stack", "export"]:
     export = os.environ.get("PULUMI_EXPORT")
@@ -77,9 +79,17 @@ def system_path() -> str:
     return os.pathsep.join(dict.fromkeys([*dirs, "/usr/bin", "/bin"]))
 
 
-def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        [str(SCRIPT), *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -144,7 +154,10 @@ def test_missing_pulumi_cli_is_a_clear_error() -> None:
     ("args", "message"),
     [
         (["deploy", "dev"], "unknown action 'deploy'"),
-        (["up"], "usage: scripts/pulumi-stack.sh <preview|up|destroy> <stack> [pulumi flags...]"),
+        (
+            ["up"],
+            "usage: scripts/pulumi-stack.sh <preview|up|destroy|config> <stack> [pulumi flags...]",
+        ),
         (["up", "nope"], "no stack file Pulumi.nope.yaml"),
     ],
 )
@@ -182,6 +195,46 @@ def test_without_a_backend_the_local_file_backend_and_policy_pack_are_used(
         "preview --stack dev --diff --policy-pack policy --policy-pack-config "
         f"policy/config/dev.json --event-log LOG | backend={backend}",
     ]
+
+
+def test_the_fallback_backend_is_named_with_the_line_a_shell_needs(
+    fake_pulumi: tuple[dict[str, str], Path],
+) -> None:
+    env, _ = fake_pulumi
+    env["PULUMI_CONFIG_PASSPHRASE"] = "local-test-passphrase"
+
+    result = run(["preview", "dev"], env)
+
+    assert (
+        "pulumi-stack.sh: no backend configured; using the local file backend .pulumi-state/ "
+        "(`make config STACK=dev CONFIG_ARGS='...'` sets its config; for a bare pulumi in your "
+        f"shell: export PULUMI_BACKEND_URL=file://{REPO_ROOT}/.pulumi-state)\n"
+    ) in result.stderr
+
+
+def test_config_runs_on_the_same_backend_reading_the_value_from_stdin(
+    fake_pulumi: tuple[dict[str, str], Path], tmp_path: Path
+) -> None:
+    """`make config STACK=dev CONFIG_ARGS='set --secret --path KEY'`: the stack selected (made the
+    first time) on the backend preview and up use, the value read from stdin, no policy pack."""
+    env, calls = fake_pulumi
+    env["PULUMI_CONFIG_PASSPHRASE"] = "local-test-passphrase"
+    backend = f"file://{REPO_ROOT}/.pulumi-state"
+    key = "pytorch-distributed:job.secretEnv.HF_TOKEN"
+
+    result = run(["config", "dev", "set", "--secret", "--path", key], env, stdin="hf_token\n")
+
+    assert result.returncode == 0, result.stderr
+    assert calls_of(calls) == [
+        "whoami | backend=",
+        f"stack select --create dev | backend={backend}",
+        f"config --stack dev set --secret --path {key} | backend={backend}",
+    ]
+    assert json.loads((tmp_path / "config.json").read_text()) == {key: "hf_token"}
+    assert "policy" not in result.stderr
+
+    failed = run(["config", "dev", "get", "pytorch-distributed:missing"], env)
+    assert failed.returncode == 1
 
 
 def test_flags_after_the_stack_reach_the_cli(fake_pulumi: tuple[dict[str, str], Path]) -> None:

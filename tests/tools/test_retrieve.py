@@ -262,8 +262,9 @@ def test_no_kubeconfig_is_one_line_naming_kubeconfig_and_make_cluster(tmp_path: 
     done = retrieve_dev(tmp_path, {})
     assert done.returncode == 2
     assert done.stderr == (
-        "error: no kubeconfig at ~/.kube/config: set KUBECONFIG to your cluster's (for "
-        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+        "error: no kubeconfig at ~/.kube/config: set KUBECONFIG to your cluster's (or, "
+        "for the one-machine cluster, kubeContext: pytorch-distributed-local in the stack, as "
+        "Pulumi.local.yaml has)\n"
     )
     assert not (tmp_path / "out").exists()
 
@@ -275,8 +276,9 @@ def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path: Path) -> None
     assert done.returncode == 2
     assert done.stderr == (
         f"error: the Kubernetes API server https://127.0.0.1:1 (kubeconfig {kubeconfig}) cannot "
-        "be reached: connection refused; is the cluster up, and KUBECONFIG its kubeconfig? (for "
-        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+        "be reached: connection refused; is the cluster up, and KUBECONFIG its kubeconfig? (or, "
+        "for the one-machine cluster, kubeContext: pytorch-distributed-local in the stack, as "
+        "Pulumi.local.yaml has)\n"
     )
     assert not (tmp_path / "out").exists()
 

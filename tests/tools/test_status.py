@@ -73,8 +73,9 @@ def test_no_kubeconfig_is_one_line_naming_kubeconfig_and_make_cluster(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     assert main(["--stack", "dev"], out=io.StringIO()) == NOT_FOUND
     assert capsys.readouterr().err == (
-        f"error: no kubeconfig at {tmp_path / 'none'}: set KUBECONFIG to your cluster's (for "
-        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+        f"error: no kubeconfig at {tmp_path / 'none'}: set KUBECONFIG to your cluster's (or, "
+        "for the one-machine cluster, kubeContext: pytorch-distributed-local in the stack, as "
+        "Pulumi.local.yaml has)\n"
     )
 
 
@@ -98,6 +99,7 @@ def test_an_unreachable_api_server_is_one_line_naming_it(
     assert main(["--stack", "dev"], out=io.StringIO()) == NOT_FOUND
     assert capsys.readouterr().err == (
         f"error: the Kubernetes API server https://127.0.0.1:1 (kubeconfig {kubeconfig}) cannot "
-        "be reached: connection refused; is the cluster up, and KUBECONFIG its kubeconfig? (for "
-        "STACK=local, `make cluster` starts the one-machine cluster)\n"
+        "be reached: connection refused; is the cluster up, and KUBECONFIG its kubeconfig? (or, "
+        "for the one-machine cluster, kubeContext: pytorch-distributed-local in the stack, as "
+        "Pulumi.local.yaml has)\n"
     )

@@ -6,8 +6,10 @@ service.py) as `make cluster`, `make cluster-status` and `make cluster-down` run
     down     stop it and check that nothing of it is left (exit 1 if something is)
     env      the export line for this shell (nothing while it is not running, exit 1)
     run -- CMD...   start it unless it runs, then CMD with its kubeconfig, Docker API and tools
-                    (what `make up|preview|destroy STACK=local` do; `--no-start`: exit 2 when
-                    it is not running, for `make status|checkpoint STACK=local`)
+                    (what `make up|preview|destroy` do for a stack of the cluster, one whose
+                    kubeContext is its context: tools/cluster/stacks.py); `--no-start`: exit 2
+                    when it is not running, for `make status|checkpoint`; `--tools-only`: CMD
+                    with only its tools on PATH, running or not, for `make config`
 
 Exit code 2 and one line for a machine it cannot run on (not Linux, not root, cgroup v2), 1 and
 one line for a start that failed (the log it names says more).
@@ -30,10 +32,13 @@ from tools.cluster.service import (
     checks,
     down,
     ensure_base_image,
+    ensure_tools,
     running,
     serve,
     up,
+    with_tools,
 )
+from tools.cluster.stacks import CONTEXT
 
 COMPONENTS = (
     "control plane (etcd, API server, controller manager, scheduler), training operator, "
@@ -55,8 +60,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     commands.add_parser("env", help="the export line for this shell")
     command = commands.add_parser("run", help="start it unless it runs, then run a command on it")
     command.add_argument("--registry-port", type=int, default=REGISTRY_PORT)
-    command.add_argument(
+    mode = command.add_mutually_exclusive_group()
+    mode.add_argument(
         "--no-start", action="store_true", help="fail (exit 2) when it is not running"
+    )
+    mode.add_argument(
+        "--tools-only",
+        action="store_true",
+        help="only its tools (the Pulumi CLI) on PATH; nothing is started",
     )
     command.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     supervise = commands.add_parser("serve", help=argparse.SUPPRESS)
@@ -72,8 +83,8 @@ def describe(current: Running, directory: ClusterDir) -> str:
             f"{directory.relative(current.registry_password_file)}",
             f"  podman's Docker API {current.docker_host}; state and logs in "
             f"{directory.relative(directory.path)}/",
-            "`make up STACK=local` uses it as it is; to use it from this shell (pulumi, make "
-            "preview|up STACK=dev):",
+            f"`make up` of a stack with kubeContext: {CONTEXT} (STACK=local, your copy of it) "
+            "uses it as it is; to use it from this shell (pulumi, make preview|up STACK=dev):",
             f"  {current.exports()}",
         ]
     )
@@ -95,10 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not command:
                 print("usage: python -m tools.cluster run -- CMD [ARGS...]", file=sys.stderr)
                 return 2
+            if args.tools_only:
+                environment = with_tools(dict(os.environ), ensure_tools())
+                os.execvpe(command[0], command, environment)
             if args.no_start and running(directory) is None:
                 print(
-                    "error: the one-machine cluster is not running: `make cluster` (or "
-                    "`make up STACK=local`) starts it",
+                    "error: the one-machine cluster is not running: `make cluster` (or `make "
+                    "up` of the stack) starts it",
                     file=sys.stderr,
                 )
                 return 2

@@ -46,6 +46,7 @@ from tools.cluster.processes import (
     terminate,
     wait_for,
 )
+from tools.cluster.stacks import CONTEXT
 from tools.cluster.trainer_plane import start_trainer
 from tools.ports import free_port
 
@@ -63,8 +64,6 @@ WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 # operator still rewrites its files, never read each other's certificates.
 PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"'
 
-# The kubeconfig's context (and cluster) name; Pulumi.local.yaml's `kubeContext`.
-CONTEXT = "pytorch-distributed-local"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # The project's own kwok stages, played beside kwok's "fast" ones
 # (tools/cluster/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).

@@ -58,7 +58,7 @@ import psutil
 import yaml
 
 from components.settings import REPO_ROOT
-from tools.cluster.control_plane import CONTEXT, ControlPlane
+from tools.cluster.control_plane import ControlPlane
 from tools.cluster.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
 from tools.cluster.processes import (
     ControlPlaneError,
@@ -68,6 +68,7 @@ from tools.cluster.processes import (
     terminate,
     wait_for,
 )
+from tools.cluster.stacks import CONTEXT
 from tools.ports import free_port
 
 NODE_NAME = "real-node"

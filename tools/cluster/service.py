@@ -150,10 +150,9 @@ class Running:
         its tools (the Pulumi CLI and language host) first on PATH, and the registry password
         file scripts/pulumi-stack.sh sets the stack's secret from."""
         return {
-            **base,
+            **with_tools(base, Path(self.bin_dir)),
             "KUBECONFIG": self.kubeconfig,
             "DOCKER_HOST": self.docker_host,
-            "PATH": f"{self.bin_dir}{os.pathsep}{base.get('PATH', os.defpath)}",
             "CLUSTER_REGISTRY_PASSWORD_FILE": self.registry_password_file,
         }
 
@@ -162,6 +161,11 @@ class Running:
             f"export KUBECONFIG={self.kubeconfig} DOCKER_HOST={self.docker_host} "
             f'PATH="{self.bin_dir}:$PATH"'
         )
+
+
+def with_tools(base: dict[str, str], bin_dir: Path) -> dict[str, str]:
+    """`base` with the cluster's tools (the Pulumi CLI and its language hosts) first on PATH."""
+    return {**base, "PATH": f"{bin_dir}{os.pathsep}{base.get('PATH', os.defpath)}"}
 
 
 def unsupported_here() -> str | None:
@@ -321,6 +325,37 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
         f"starting the control plane, the real node, the registry 127.0.0.1:{registry_port} and "
         f"podman's Docker API (about half a minute; log: {directory.relative(directory.log)})"
     )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return start_supervisor(directory, registry_port), True
+        except PortTakenError as taken:
+            if attempt == START_ATTEMPTS:
+                raise ClusterError(str(taken)) from None
+            say(f"{taken}; starting again on other ports")
+            shutil.rmtree(directory.plane, ignore_errors=True)
+    raise AssertionError("unreachable")
+
+
+class PortTakenError(ClusterError):
+    """A component found the port chosen for it taken when it came to bind it: something
+    outside the project's port ledger (tools/ports.py) took it meanwhile. Fresh ports fix it."""
+
+
+# What a component that could not bind its port logs (Go's net package, Python's socket).
+ADDRESS_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
+START_ATTEMPTS = 2
+
+
+def chosen_port_taken(log: str, registry_port: int) -> bool:
+    """The log says a component could not bind its port, and not the registry's (the user's
+    choice, which another start would not change)."""
+    lines = [line for line in log.splitlines() if ADDRESS_IN_USE.search(line)]
+    registry = re.compile(rf":{registry_port}(?!\d)")
+    return bool(lines) and not any(registry.search(line) for line in lines)
+
+
+def start_supervisor(directory: ClusterDir, registry_port: int) -> Running:
+    """Start the supervisor and wait until the cluster is up; a failed start is swept away."""
     with directory.log.open("wb") as log:
         supervisor = subprocess.Popen(
             [
@@ -339,10 +374,11 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
     while (current := running(directory)) is None:
         if supervisor.poll() is not None:
             sweep(directory)
-            raise ClusterError(
-                f"the cluster did not start: {last_error(directory.log)} "
-                f"(the whole log: {directory.relative(directory.log)})"
-            )
+            log_name = directory.relative(directory.log)
+            why = f"{last_error(directory.log)} (the whole log: {log_name})"
+            if chosen_port_taken(directory.log.read_text(errors="replace"), registry_port):
+                raise PortTakenError(f"a port of the cluster was taken before it was bound: {why}")
+            raise ClusterError(f"the cluster did not start: {why}")
         if time.monotonic() > deadline:
             down(directory)
             raise ClusterError(
@@ -350,7 +386,7 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
                 f"(log: {directory.relative(directory.log)}); stopped it again"
             )
         time.sleep(0.5)
-    return current, True
+    return current
 
 
 # -- the supervisor -----------------------------------------------------------------------------

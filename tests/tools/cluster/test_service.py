@@ -124,11 +124,11 @@ def test_a_cluster_that_is_not_running_is_said_so(
     )
     assert run_cli("env", directory=directory) == 1
     assert capsys.readouterr().err == "the one-machine cluster is not running: `make cluster`\n"
-    # make status|checkpoint STACK=local: never start it, one line.
+    # make status|checkpoint of a stack of the cluster: never start it, one line.
     assert run_cli("run", "--no-start", "--", "true", directory=directory) == 2
     assert capsys.readouterr().err == (
-        "error: the one-machine cluster is not running: `make cluster` (or `make up "
-        "STACK=local`) starts it\n"
+        "error: the one-machine cluster is not running: `make cluster` (or `make up` of the "
+        "stack) starts it\n"
     )
 
 
@@ -147,3 +147,73 @@ def test_ready_json_of_a_gone_supervisor_is_not_a_running_cluster(tmp_path: Path
     directory.ready.write_text(json.dumps(RUNNING.__dict__))
     directory.pid_file.write_text(f"{os.getpid()}\n")  # alive, but not this directory's
     assert service.running(directory) is None
+
+
+def test_tools_only_runs_the_command_with_the_clusters_cli_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make config` of a stack of the cluster: its Pulumi CLI on PATH, running or not (even
+    where the cluster itself cannot run), and nothing else of it."""
+    bin_dir = tmp_path / "tools" / "bin"
+    executed: list[tuple[str, list[str], dict[str, str]]] = []
+    monkeypatch.setattr(cli, "ensure_tools", lambda: bin_dir)
+    monkeypatch.setattr(service, "unsupported", lambda: "Linux (this is darwin)")
+
+    def replaced(file: str, argv: list[str], env: dict[str, str]) -> None:
+        executed.append((file, list(argv), dict(env)))
+        raise SystemExit(0)  # the process is the command's now: nothing after it runs
+
+    monkeypatch.setattr(os, "execvpe", replaced)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    directory = tmp_path / ".cluster"
+    with pytest.raises(SystemExit):
+        run_cli("run", "--tools-only", "--", "pulumi", "config", directory=directory)
+    [(file, argv, env)] = executed
+    assert (file, argv) == ("pulumi", ["pulumi", "config"])
+    assert env["PATH"] == f"{bin_dir}:/usr/bin:/bin"
+    assert "KUBECONFIG" not in env and "CLUSTER_REGISTRY_PASSWORD_FILE" not in env
+    assert not directory.exists()
+
+
+def test_a_port_taken_before_its_component_bound_it_is_told_from_other_failures() -> None:
+    etcd = (
+        "error: etcd exited (1) before health:\n"
+        '{"level":"fatal","msg":"listener failed","error":"listen tcp 127.0.0.1:40031: bind: '
+        'address already in use"}'
+    )
+    registry = "error: listen tcp 127.0.0.1:5000: bind: address already in use"
+    assert service.chosen_port_taken(etcd, 5000)
+    assert not service.chosen_port_taken(registry, 5000)  # the user's port: again is no better
+    assert service.chosen_port_taken(registry.replace(":5000", ":50001"), 5000)
+    assert not service.chosen_port_taken("error: kube-apiserver exited (1) before /readyz", 5000)
+
+
+def test_a_start_whose_port_was_taken_starts_again_once_on_other_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = ClusterDir(tmp_path / ".cluster")
+    starts: list[bool] = []
+
+    def start(directory: ClusterDir, registry_port: int) -> Running:
+        starts.append(directory.plane.exists())
+        directory.plane.mkdir(parents=True)  # what a failed start leaves
+        if len(starts) < 3:
+            raise service.PortTakenError("a port of the cluster was taken before it was bound: x")
+        return RUNNING
+
+    for name, value in (
+        ("unsupported_here", lambda: None),
+        ("ensure_tools", lambda: tmp_path),
+        ("ensure_base_image", lambda: None),
+        ("install_providers", lambda bin_dir, env: None),
+        ("start_supervisor", start),
+    ):
+        monkeypatch.setattr(service, name, value)
+    with pytest.raises(service.ClusterError, match="taken before it was bound: x"):
+        service.up(directory, 5000)
+    assert starts == [False, False]  # the second on a fresh plane directory
+    assert "starting again on other ports" in capsys.readouterr().err
+    starts.clear()
+    starts.append(False)  # now the second start succeeds
+    assert service.up(directory, 5000) == (RUNNING, True)
