@@ -31,8 +31,9 @@ ALLOWED = {
 # -> shared builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's
 # disk writer -> a run's storage (the interface and its backends) -> checkpoint store, metrics
 # and command line -> resume decision and restore -> training loop; which stacks are the
-# cluster's (standard library only) -> the cluster's processes and node network -> Trainer plane -> control plane and its real node -> the Docker API -> the
-# background service -> its command line.
+# cluster's (standard library only) -> the cluster's processes and node network -> Trainer
+# plane -> control plane and its real node -> the Docker API -> the background service -> its
+# command line.
 LAYERS = (
     (
         ("components.setting_values",),
