@@ -661,7 +661,7 @@ def test_an_unknown_stack_lists_the_stacks_there(tmp_path: Path, repo_root: Path
         load_stack_file("dve", repo_root)
     assert str(unknown.value) == (
         f"stack 'dve': no stack file {repo_root / 'Pulumi.dve.yaml'}; the stacks in {repo_root} "
-        "are dev, digits, local, prod, trainjob"
+        "are dev, digits, digits-local, local, prod, trainjob"
     )
     with pytest.raises(SettingsError, match=r"the stacks in .* are none \(no Pulumi\.<stack>"):
         load_stack_file("dev", tmp_path)

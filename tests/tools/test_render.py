@@ -135,7 +135,7 @@ def test_unknown_stack_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"error: stack 'no-such-stack': no stack file {REPO_ROOT / 'Pulumi.no-such-stack.yaml'}; "
-        f"the stacks in {REPO_ROOT} are dev, digits, local, prod, trainjob"
+        f"the stacks in {REPO_ROOT} are dev, digits, digits-local, local, prod, trainjob"
     ]
     assert not (tmp_path / "out").exists()
 
