@@ -374,7 +374,9 @@ def test_with_containers_a_task_only_the_image_has_is_left_to_the_container(
 
 def test_an_unknown_stack_lists_the_existing_ones(capsys: pytest.CaptureFixture[str]) -> None:
     line = refused(capsys, "--stack", "dve")
-    assert line.endswith(f"the stacks in {REPO_ROOT} are dev, digits, digits-local, local, prod, trainjob"), line
+    assert line.endswith(
+        f"the stacks in {REPO_ROOT} are dev, digits, digits-local, local, prod, trainjob"
+    ), line
 
 
 def test_keys_under_another_namespace_are_refused_naming_the_projects(
