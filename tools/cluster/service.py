@@ -325,15 +325,16 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
         f"starting the control plane, the real node, the registry 127.0.0.1:{registry_port} and "
         f"podman's Docker API (about half a minute; log: {directory.relative(directory.log)})"
     )
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            return start_supervisor(directory, registry_port), True
-        except PortTakenError as taken:
-            if attempt == START_ATTEMPTS:
-                raise ClusterError(str(taken)) from None
+    taken: PortTakenError | None = None
+    for _ in range(START_ATTEMPTS):
+        if taken is not None:
             say(f"{taken}; starting again on other ports")
             shutil.rmtree(directory.plane, ignore_errors=True)
-    raise AssertionError("unreachable")
+        try:
+            return start_supervisor(directory, registry_port), True
+        except PortTakenError as error:
+            taken = error
+    raise ClusterError(str(taken))
 
 
 class PortTakenError(ClusterError):
