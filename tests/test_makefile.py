@@ -14,10 +14,12 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 
-def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def make(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["make", "--no-print-directory", *args],
-        cwd=REPO_ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -144,14 +146,7 @@ def test_a_stack_naming_the_clusters_registry_on_another_context_is_told_so_once
     (tmp_path / "Pulumi.mymodel.yaml").write_text(
         local.replace("kubeContext: pytorch-distributed-local", "kubeContext: kind-kind")
     )
-    done = subprocess.run(
-        ["make", "--no-print-directory", "-n", "up", "STACK=mymodel"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = make("-n", "up", "STACK=mymodel", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("note: ")]
     assert notes == [
