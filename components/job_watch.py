@@ -241,10 +241,10 @@ class JobWatch:
         )
         return events[-limit:]
 
-    def log_tail(self, replica: Replica, lines: int = LOG_LINES) -> list[str] | str:
-        """The last `lines` lines the failed container wrote, or why the API server has none (a
-        deleted pod, a node that does not serve logs). Under OnFailure the container may have
-        been restarted since: then the previous instance's log holds the failure."""
+    def log_tail(self, replica: Replica, lines: int | None = LOG_LINES) -> list[str] | str:
+        """The last `lines` lines (None: all) the container wrote, or why the API server has
+        none (a deleted pod, a node that does not serve logs). Under OnFailure the container may
+        have been restarted since: then the previous instance's log holds the failure."""
         from kubernetes.client import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -261,7 +261,8 @@ class JobWatch:
             return f"the API server could not get it ({error.status} {error.reason})"
         except HTTPError as error:
             return f"the API server could not get it ({error})"
-        return str(text).splitlines()[-lines:] or "the log is empty"
+        written = str(text).splitlines()
+        return (written[-lines:] if lines else written) or "the log is empty"
 
     def follow_log(self, pod: str, *, tail: int | None) -> Iterator[str]:
         """The container's log as it is written, until the container ends; ApiException when

@@ -8,7 +8,9 @@ Which job, where: the namespace and job name come from the stack file, the clust
 times, one row per pod (phase, restarts, last exit code and reason) and the job's recent events,
 then follows the master's log, each line prefixed with the pod's name, until the job ends (a
 master pod the operator recreates is followed again). A node that serves no logs gets the job's
-progress instead. The end is the job's outcome, in the words `pulumi up` uses for it.
+progress instead. Of a job that has already succeeded (what `make up` waits for), the master's
+last lines are shown, as they are. The end is the job's outcome, in the words `pulumi up` uses
+for it.
 
 Exit codes: 0 the job succeeded, 1 it failed, 2 there is no such job (or the stack file, the
 kubeconfig or the API server cannot be read: one line that says which and what to do), 3 it is
@@ -124,11 +126,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             )
             return NOT_FOUND
         print("\n".join(status_table(state, watch.events(state))), file=out, flush=True)
+        # Rank 0's pod: the Master, an elastic job's worker-0, a TrainJob's node 0.
+        tail = None if args.tail < 0 else args.tail
         if state.outcome is None and not args.no_follow:
-            # Rank 0's pod: the Master, an elastic job's worker-0, a TrainJob's node 0.
-            state = Follower(watch, api.rank0_pod(settings), out).run(
-                state, None if args.tail < 0 else args.tail
-            )
+            state = Follower(watch, api.rank0_pod(settings), out).run(state, tail)
+        elif state.outcome == "Succeeded" and tail != 0:
+            show_log_tail(watch, state, api.rank0_pod(settings), tail, out)
         return finish(watch, state, args.stack, out)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -141,6 +144,21 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         return NOT_FOUND
     except KeyboardInterrupt:
         return INTERRUPTED
+
+
+def show_log_tail(
+    watch: JobWatch, state: JobState, rank0: str, tail: int | None, out: TextIO
+) -> None:
+    """A job that has ended is not followed: rank 0's last `tail` lines (None: all), as the log
+    is now, or why there is none (a deleted pod, a node that serves no logs)."""
+    replica = next((r for r in state.replicas if r.role == rank0), None)
+    if replica is None:
+        return
+    lines = watch.log_tail(replica, tail)
+    if isinstance(lines, str):
+        print(f"(the log of {replica.pod} is not available: {lines})", file=out, flush=True)
+        return
+    print("\n".join(f"[{replica.pod}] {line}" for line in lines), file=out, flush=True)
 
 
 def finish(watch: JobWatch, state: JobState, stack: str, out: TextIO) -> int:

@@ -177,7 +177,7 @@ def test_a_second_make_cluster_says_it_is_up_and_every_part_answers(user: NewUse
 
 
 def test_make_status_shows_the_job_and_the_scripts_log(user: NewUser) -> None:
-    done = user.make("status", STATUS_ARGS="--tail -1")
+    done = user.make("status")
     assert done.status == 0, done.output
     assert "Succeeded" in done.stdout, done.output
     assert "epoch 10/10" in done.stdout, done.output
