@@ -476,14 +476,15 @@ class Stack:
     def config_set(self, key: str, value: str, *, secret: bool = False) -> None:
         """`make config STACK=... CONFIG_ARGS='set --path pytorch-distributed:KEY VALUE'`, as the
         README shows; a secret's value on stdin, as a user types it at the prompt."""
-        words = ("set", "--secret", "--path", f"{PROJECT}:{key}") if secret else None
+        path = f"{PROJECT}:{key}"
+        words = ("set", "--secret", "--path", path) if secret else ("set", "--path", path, value)
         done = self.project.make(
             "config",
             env=self.env,
             check=False,
             stdin=value if secret else None,
             STACK=self.name,
-            CONFIG_ARGS=make_args(words or ("set", "--path", f"{PROJECT}:{key}", value)),
+            CONFIG_ARGS=make_args(words),
         )
         assert done.returncode == 0, f"make config STACK={self.name}:\n{done.stdout}{done.stderr}"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,30 +65,22 @@ class NewUser:
     directory: ClusterDir
     registry_port: int
 
-    def make(self, target: str, *, stdin: str | None = None, **variables: str) -> Result:
-        done = self.project.make(target, check=False, stdin=stdin, **{"STACK": STACK, **variables})
-        return Result(command_status(done), done.stdout, done.stderr)
+    def make(
+        self, target: str, *, stdin: str | None = None, **variables: str
+    ) -> subprocess.CompletedProcess[str]:
+        """`make TARGET STACK=digits-local ...` as the user types it; its recipe's exit status
+        is `command_status` of the result."""
+        return self.project.make(target, check=False, stdin=stdin, **{"STACK": STACK, **variables})
 
     def cluster(self) -> Running:
         current = running(self.directory)
-        assert current is not None, (self.directory.log).read_text()
+        assert current is not None, self.directory.log.read_text()
         return current
 
     def objects(self) -> NamespaceObjects:
         current = self.cluster()
         namespace = load_stack_file(STACK, self.project.work_dir).namespace
         return NamespaceObjects(Cluster(Path(current.kubeconfig), None), namespace)
-
-
-@dataclasses.dataclass(frozen=True)
-class Result:
-    status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +128,7 @@ def test_make_config_sets_a_secret_on_makes_backend_before_any_cluster_runs(
 ) -> None:
     assert running(user.directory) is None
     done = user.make("config", stdin=f"{TOKEN}\n", CONFIG_ARGS=f"set --secret --path {SECRET_KEY}")
-    assert done.status == 0, done.output
+    assert command_status(done) == 0, done.stdout + done.stderr
     backend = f"file://{user.project.work_dir}/.pulumi-state"
     assert f"for a bare pulumi in your shell: export PULUMI_BACKEND_URL={backend})" in done.stderr
     stack_file = yaml.safe_load((user.project.work_dir / f"Pulumi.{STACK}.yaml").read_text())
@@ -146,8 +139,9 @@ def test_make_config_sets_a_secret_on_makes_backend_before_any_cluster_runs(
 
 def test_make_up_of_the_users_stack_starts_the_cluster_and_trains_there(user: NewUser) -> None:
     done = user.make("up", CLUSTER_REGISTRY_PORT=str(user.registry_port))
-    assert done.status == 0, done.output
-    assert "make: the one-machine cluster is up (it keeps running" in done.stderr, done.output
+    assert command_status(done) == 0, done.stdout + done.stderr
+    started = "make: the one-machine cluster is up (it keeps running"
+    assert started in done.stderr, done.stdout + done.stderr
     current = user.cluster()
     assert current.registry == f"127.0.0.1:{user.registry_port}"
     # The make that started it has exited; the supervisor and its components run on.
@@ -178,10 +172,10 @@ def test_a_second_make_cluster_says_it_is_up_and_every_part_answers(user: NewUse
 
 def test_make_status_shows_the_job_and_the_scripts_log(user: NewUser) -> None:
     done = user.make("status")
-    assert done.status == 0, done.output
-    assert "Succeeded" in done.stdout, done.output
-    assert "epoch 10/10" in done.stdout, done.output
-    assert "HF_TOKEN is set" in done.stdout and TOKEN not in done.output
+    assert command_status(done) == 0, done.stdout + done.stderr
+    assert "Succeeded" in done.stdout, done.stdout + done.stderr
+    assert "epoch 10/10" in done.stdout, done.stdout + done.stderr
+    assert "HF_TOKEN is set" in done.stdout and TOKEN not in done.stdout + done.stderr
 
 
 def test_make_checkpoint_copies_the_weights_make_local_trains_bit_for_bit(
@@ -189,13 +183,13 @@ def test_make_checkpoint_copies_the_weights_make_local_trains_bit_for_bit(
 ) -> None:
     out = tmp_path / "retrieved"
     copied = user.make("checkpoint", OUT=str(out))
-    assert copied.status == 0, copied.output
+    assert command_status(copied) == 0, copied.stdout + copied.stderr
     on_the_cluster = torch.load(out / "checkpoint.pt", map_location="cpu")
     assert on_the_cluster["epoch"] == 10
 
     here = user.make("local")
-    assert here.status == 0, here.output
-    assert "job digits: Succeeded" in here.stdout, here.output
+    assert command_status(here) == 0, here.stdout + here.stderr
+    assert "job digits: Succeeded" in here.stdout, here.stdout + here.stderr
     job_dir = user.project.work_dir / ".checkpoints" / STACK / "digits"
     locally = torch.load(job_dir / "checkpoint.pt", map_location="cpu")
     assert locally["epoch"] == 10
@@ -213,7 +207,7 @@ def test_make_destroy_removes_the_job_and_keeps_the_claim(user: NewUser) -> None
     claim = user.objects().get("persistent_volume_claim", claim_name)
     assert claim is not None
     done = user.make("destroy")
-    assert done.status == 0, done.output
+    assert command_status(done) == 0, done.stdout + done.stderr
     objects = user.objects()
     assert objects.custom_object("kubeflow.org", "v1", "pytorchjobs", settings.job.name) is None
     kept = objects.get("persistent_volume_claim", claim_name)
@@ -232,5 +226,5 @@ def test_make_cluster_down_leaves_nothing(user: NewUser) -> None:
     assert command_status(gone) == 1
     assert "the one-machine cluster is not running: `make cluster` starts it" in gone.stdout
     after = user.make("status")
-    assert after.status == 2
+    assert command_status(after) == 2
     assert "the one-machine cluster is not running" in after.stderr

@@ -61,21 +61,28 @@ def names_registry(text: str, port: int = DEFAULT_REGISTRY_PORT) -> bool:
     return any(address.search(COMMENT.sub("", line)) for line in text.splitlines())
 
 
+def stack_text(stack: str, directory: Path = ROOT) -> str | None:
+    """The stack file's text, None when there is none."""
+    try:
+        return stack_file(stack, directory).read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
 def on_cluster(stack: str, directory: Path = ROOT) -> bool:
     """The stack's file exists and its `kubeContext` is the one-machine cluster's."""
-    try:
-        text = stack_file(stack, directory).read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return kube_context(text) == CONTEXT
+    text = stack_text(stack, directory)
+    return text is not None and kube_context(text) == CONTEXT
 
 
 def registry_notice(stack: str, port: int, directory: Path = ROOT) -> str | None:
     """One line for a stack that names the cluster's registry but runs on another context."""
-    try:
-        text = stack_file(stack, directory).read_text(encoding="utf-8")
-    except OSError:
-        return None
+    text = stack_text(stack, directory)
+    return None if text is None else notice_of(stack, text, port)
+
+
+def notice_of(stack: str, text: str, port: int) -> str | None:
+    """registry_notice of a stack file's `text`."""
     context = kube_context(text)
     if context == CONTEXT or not names_registry(text, port):
         return None
@@ -94,10 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--registry-port", type=int, default=DEFAULT_REGISTRY_PORT)
     parser.add_argument("--dir", type=Path, default=ROOT, help="where the stack files are")
     args = parser.parse_args(argv)
-    if on_cluster(args.stack, args.dir):
+    text = stack_text(args.stack, args.dir)
+    if text is None:
+        return 0
+    if kube_context(text) == CONTEXT:
         print("cluster")
         return 0
-    notice = registry_notice(args.stack, args.registry_port, args.dir)
+    notice = notice_of(args.stack, text, args.registry_port)
     if notice is not None:
         print(notice, file=sys.stderr)
     return 0
