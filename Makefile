@@ -33,20 +33,20 @@ PD_E2E_PULUMI ?=## make e2e: your own Pulumi CLI instead of the one make e2e-too
 # A stack whose kubeContext is the one-machine cluster's (Pulumi.local.yaml, a copy of it for your
 # own code) runs on it: preview, up and destroy start the cluster when it is not running, and
 # every target of the stack runs with its kubeconfig, Docker API, tools and registry password
-# (tools/cluster/). tools/cluster/stacks.py says which stacks, with the system's python3 (no
+# (cluster/). cluster/stacks.py says which stacks, with the system's python3 (no
 # virtual environment yet), once, and only for the targets that read a stack; a stack naming the
 # cluster's registry on another context is told so there.
 STACK_GOALS := $(filter preview up destroy status checkpoint config,$(MAKECMDGOALS))
 ifneq ($(STACK_GOALS),)
-CLUSTER_STACK := $(shell $(PYTHON) -m tools.cluster.stacks '$(STACK)' --registry-port '$(CLUSTER_REGISTRY_PORT)')
+CLUSTER_STACK := $(shell $(PYTHON) -m cluster.stacks '$(STACK)' --registry-port '$(CLUSTER_REGISTRY_PORT)')
 endif
-ON_CLUSTER := $(if $(CLUSTER_STACK),$(BIN)/python -m tools.cluster run --registry-port $(CLUSTER_REGISTRY_PORT) --)
+ON_CLUSTER := $(if $(CLUSTER_STACK),$(BIN)/python -m cluster run --registry-port $(CLUSTER_REGISTRY_PORT) --)
 # status and checkpoint read what runs: they never start it.
-ON_RUNNING_CLUSTER := $(if $(CLUSTER_STACK),$(BIN)/python -m tools.cluster run --no-start --)
+ON_RUNNING_CLUSTER := $(if $(CLUSTER_STACK),$(BIN)/python -m cluster run --no-start --)
 # config needs only the cluster's Pulumi CLI, running or not.
-WITH_CLUSTER_TOOLS := $(if $(CLUSTER_STACK),$(BIN)/python -m tools.cluster run --tools-only --)
+WITH_CLUSTER_TOOLS := $(if $(CLUSTER_STACK),$(BIN)/python -m cluster run --tools-only --)
 
-SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh tools/cluster/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh cluster/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
 .PHONY: checkpoint cluster cluster-down cluster-status config docs docs-serve help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
@@ -173,13 +173,13 @@ status: $(STAMP) ## STACK's job on its cluster: conditions, pods, events; follow
 	@$(ON_RUNNING_CLUSTER) $(BIN)/python -m tools.status --stack $(STACK) $(STATUS_ARGS)
 
 cluster: $(STAMP) ## Start the one-machine cluster in the background (Linux, root; the first time builds its tools).
-	@$(BIN)/python -m tools.cluster up --registry-port $(CLUSTER_REGISTRY_PORT)
+	@$(BIN)/python -m cluster up --registry-port $(CLUSTER_REGISTRY_PORT)
 
 cluster-status: $(STAMP) ## What of the one-machine cluster runs, and whether each part answers.
-	@$(BIN)/python -m tools.cluster status
+	@$(BIN)/python -m cluster status
 
 cluster-down: $(STAMP) ## Stop the one-machine cluster; nothing of it is left (processes, mounts, namespaces).
-	@$(BIN)/python -m tools.cluster down
+	@$(BIN)/python -m cluster down
 
 DOCS_ADDR ?= 127.0.0.1:8000## make docs-serve: where the site is served
 # MkDocs 1.x prints a banner about its successor on every run; it says nothing about this site.

@@ -54,7 +54,7 @@ from bench.gpu_tasks import (
     hidden_width,
     large_state,
 )
-from tools import procs
+from machine import procs
 from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import CheckpointStore, describe
 from trainer.checkpoint_schema import TrainingCheckpoint

@@ -48,7 +48,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tutorial_loop import PerSampleDataset
-from tools.ports import free_port
+from machine.ports import free_port
 from trainer.async_writer import CheckpointWriter
 from trainer.checkpoint import CheckpointStore, model_sha256
 from trainer.checkpoint_schema import MODEL_STATE, OPTIMIZER_STATE, TrainingCheckpoint

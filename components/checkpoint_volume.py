@@ -19,14 +19,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.settings import CheckpointSettings
-
 
 class CheckpointVolume(pulumi.ComponentResource):
-    """The checkpoint PVC, or a reference to `checkpoints.existingClaim`.
+    """The checkpoint PVC the stack owns, or a reference to a claim someone else owns.
 
-    `claim` is the PVC manifest from `stack_objects`, None when the stack mounts an existing claim.
-    The Kubernetes provider comes from the parent's `providers`.
+    `claim` is the PVC manifest from `stack_objects` (the checkpoint storage's), None when the
+    stack mounts an existing claim, `claim_name`; `retain`: keep it on destroy. The Kubernetes
+    provider comes from the parent's `providers`.
     """
 
     claim_name: pulumi.Output[str]
@@ -35,25 +34,23 @@ class CheckpointVolume(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        checkpoints: CheckpointSettings,
+        claim_name: str,
         claim: Mapping[str, Any] | None,
+        *,
+        retain: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("pytorch-distributed:index:CheckpointVolume", name, None, opts)
         if claim is None:
             # Someone else owns that claim: mount it, never manage (or delete) it.
-            if checkpoints.existing_claim is None:
-                raise ValueError("without a claim manifest, checkpoints.existingClaim must be set")
             self.claim = None
-            self.claim_name = pulumi.Output.from_input(checkpoints.existing_claim)
+            self.claim_name = pulumi.Output.from_input(claim_name)
         else:
             self.claim = k8s.core.v1.PersistentVolumeClaim(
                 f"{name}-claim",
                 metadata=claim["metadata"],
                 spec=claim["spec"],
-                opts=pulumi.ResourceOptions(
-                    parent=self, retain_on_delete=checkpoints.retain_on_destroy
-                ),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=retain),
             )
             self.claim_name = self.claim.metadata.apply(lambda metadata: metadata.name)
         self.register_outputs({"claimName": self.claim_name})

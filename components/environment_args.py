@@ -53,7 +53,7 @@ class CheckpointArgs(TypedDict, total=False):
     """The `checkpoints` settings."""
 
     storage: pulumi.Input[str]
-    """where checkpoints go: `claim`, a PersistentVolumeClaim the pods mount, or `s3`, a bucket of an S3-compatible object store the trainer writes to (no claim, no mount; not with `job.parallelism: fsdp`, whose sharded checkpoints need a filesystem) (default: `claim`; allowed: one of claim, s3)"""
+    """where checkpoints go: `claim`, a PersistentVolumeClaim the pods mount, or `s3`, a bucket of an S3-compatible object store the trainer writes to (no claim, no mount) (default: `claim`; allowed: one of claim, s3)"""
     size: pulumi.Input[str]
     """`claim`: the claim's capacity; growing it is an in-place update (default: `10Ti`; allowed: a positive Kubernetes quantity such as 500m, 2, 16Gi or 10Ti (binary suffixes Ki/Mi/Gi/Ti/Pi/Ei, decimal k/M/G/T/P/E; not 'GB'/'TB'))"""
     storage_class: pulumi.Input[str]

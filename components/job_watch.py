@@ -76,7 +76,7 @@ def api_error_reason(error: BaseException) -> str:
 
 
 # Where the one-machine cluster comes from, said after each error about a missing cluster: `make`
-# runs a stack with this kubeContext (tools/cluster/stacks.py) on it, starting it when needed.
+# runs a stack with this kubeContext (cluster/stacks.py) on it, starting it when needed.
 LOCAL_CLUSTER = (
     "or, for the one-machine cluster, kubeContext: pytorch-distributed-local in the stack, as "
     "Pulumi.local.yaml has"

@@ -34,13 +34,16 @@ from components.setting_values import (
     APP_DIR,
     CHECKPOINT_DIR_ENV,
     JOB_NAME_ENV,
-    S3_ACCESS_KEY_ID_ENV,
-    S3_SECRET_ACCESS_KEY_ENV,
     SHM_DIR,
     STACK_NAME_ENV,
     quantity_value,
 )
-from components.settings import GPU_RESOURCE, StackSettings, job_key
+from components.settings import (
+    GPU_RESOURCE,
+    StackSettings,
+    TrainerSetting,
+    trainer_settings,
+)
 
 ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"
 CHECKPOINT_VOLUME = "checkpoints"
@@ -107,7 +110,9 @@ def resource_names(settings: StackSettings) -> ResourceNames:
     job = settings.job.name
     pull_secret = f"{job}-registry" if settings.registry is not None else None
     env_secret = f"{job}-env" if settings.job.secret_env else None
-    storage_secret = f"{job}-s3-credentials" if settings.checkpoints.has_credentials else None
+    storage = settings.checkpoints.backend
+    has_credentials = bool(storage.credentials(settings.checkpoints))
+    storage_secret = f"{job}-{storage.name}-credentials" if has_credentials else None
     return ResourceNames(
         job=job,
         claim=settings.checkpoint_claim,
@@ -225,50 +230,34 @@ def environment_secret_manifest(settings: StackSettings) -> dict[str, Any] | Non
     }
 
 
-# The keys of the object storage's Secret: the variables the pods read them as, so the Secret
-# says what it holds and `kubectl describe` of a pod names the same thing twice.
-STORAGE_SECRET_KEYS = {
-    S3_ACCESS_KEY_ID_ENV: "access_key_id",
-    S3_SECRET_ACCESS_KEY_ENV: "secret_access_key",
-}
-
-
 def storage_secret_manifest(settings: StackSettings) -> dict[str, Any] | None:
-    """The Opaque Secret `<job>-s3-credentials` that holds `checkpoints.accessKeyId` and
-    `checkpoints.secretAccessKey`, which the containers read through `secretKeyRef` (as
-    `job.secretEnv`'s Secret: only this object ever holds them, and only as secrets); None
-    without credentials (a claim, or the pods' own identity)."""
+    """The Opaque Secret `<job>-<storage>-credentials` that holds the checkpoint storage's
+    credentials (s3: `checkpoints.accessKeyId` and `checkpoints.secretAccessKey`) under the
+    variables the containers read them as, through `secretKeyRef` (as `job.secretEnv`'s Secret:
+    only this object ever holds them, and only as secrets); None without credentials (a claim,
+    or the pods' own identity)."""
     name = resource_names(settings).storage_secret
     if name is None:
         return None
-    checkpoints = settings.checkpoints
+    credentials = settings.checkpoints.backend.credentials(settings.checkpoints)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": object_metadata(settings, name, "checkpoint-storage"),
         "type": "Opaque",
-        "data": {
-            key: _secret_data(getattr(checkpoints, attribute))
-            for key, attribute in STORAGE_SECRET_KEYS.items()
-        },
+        "data": {key: _secret_data(value) for key, value in credentials.items()},
     }
 
 
-def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any]:
-    """The checkpoint PVC; stack_objects leaves it out when `checkpoints.existingClaim` is set
-    or checkpoints go to object storage."""
-    checkpoints = settings.checkpoints
-    if checkpoints.s3:
-        raise ValueError("checkpoint_claim_manifest: checkpoints.storage is s3, no claim")
-    spec: dict[str, Any] = {
-        "accessModes": [checkpoints.access_mode],
-        "volumeMode": "Filesystem",
-        "resources": {"requests": {"storage": checkpoints.size}},
-    }
-    if checkpoints.storage_class is not None:
-        spec["storageClassName"] = checkpoints.storage_class
+def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any] | None:
+    """The checkpoint PVC the stack creates and owns; None when it creates none (its storage
+    is not a claim, or it mounts `checkpoints.existingClaim`, someone else's)."""
+    storage = settings.checkpoints.backend
+    spec = storage.claim_spec(settings)
+    if spec is None:
+        return None
     metadata = object_metadata(settings, resource_names(settings).claim, "checkpoints")
-    if checkpoints.retain_on_destroy:
+    if storage.retains_claim(settings.checkpoints):
         metadata["annotations"][RETAIN_ANNOTATION] = "true"
     return {
         "apiVersion": "v1",
@@ -300,51 +289,54 @@ class TrainerArgument:
     switch: bool = False
 
 
-def _job_argument(field: str, flag: str | None) -> TrainerArgument:
-    """An argument that is the JobSettings attribute of the same name."""
-    return TrainerArgument(
-        field, flag, job_key(field) or field, lambda s: getattr(s.job, field), attribute=field
+def _job_argument(setting: TrainerSetting) -> TrainerArgument:
+    """The argument of a job setting the trainer reads (its TrainerFlag, in settings.py)."""
+    attribute, flag = setting.attribute, setting.flag
+
+    def value(settings: StackSettings) -> Any:
+        given = getattr(settings.job, attribute)
+        if flag.default_is_the_trainers and given == setting.default:
+            return None
+        return given
+
+    return TrainerArgument(attribute, flag.flag, f"job.{setting.key}", value, attribute=attribute)
+
+
+def _trainer_arguments() -> tuple[TrainerArgument, ...]:
+    """The tutorial's command line first (`--batch_size 32 100 25`: the job settings up to the
+    last positional), then where the run lives, the other job settings, and the arguments the
+    stack derives: the order every existing job's args have, so none changes."""
+    job = [_job_argument(setting) for setting in trainer_settings()]
+    last_positional = max(index for index, argument in enumerate(job) if argument.flag is None)
+    return (
+        *job[: last_positional + 1],
+        TrainerArgument(
+            "checkpoint_dir",
+            "--checkpoint-dir",
+            "checkpoints.mountPath (checkpoints.bucket and prefix with storage: s3)",
+            lambda s: s.checkpoint_dir,
+        ),
+        *job[last_positional + 1 :],
+        # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
+        TrainerArgument(
+            "global_batch_size",
+            "--global-batch-size",
+            "job.batchSize x job.nodes x job.gpusPerNode",
+            lambda s: s.job.global_batch_size if s.job.elastic is not None else None,
+        ),
+        # Left out unless set: a stack on a claim never has it, nor an s3 stack whose bucket
+        # exists.
+        TrainerArgument(
+            "create_bucket",
+            "--create-bucket",
+            "checkpoints.createBucket",
+            lambda s: True if s.checkpoints.create_bucket else None,
+            switch=True,
+        ),
     )
 
 
-TRAINER_ARGUMENTS: tuple[TrainerArgument, ...] = (
-    _job_argument("batch_size", "--batch_size"),
-    _job_argument("total_epochs", None),
-    _job_argument("save_every", None),
-    TrainerArgument(
-        "checkpoint_dir",
-        "--checkpoint-dir",
-        "checkpoints.mountPath (checkpoints.bucket and prefix with storage: s3)",
-        lambda s: s.checkpoint_dir,
-    ),
-    _job_argument("dataset_size", "--dataset-size"),
-    _job_argument("task", "--task"),
-    _job_argument("init_from", "--init-from"),
-    _job_argument("save_every_steps", "--save-every-steps"),
-    # Left to the trainer's default (ddp) unless set, so existing jobs' args do not change.
-    TrainerArgument(
-        "parallelism",
-        "--parallelism",
-        "job.parallelism",
-        lambda s: s.job.parallelism if s.job.parallelism != "ddp" else None,
-        attribute="parallelism",
-    ),
-    # Fixed whatever number of pods the first rendezvous gathers: the batch of all of them.
-    TrainerArgument(
-        "global_batch_size",
-        "--global-batch-size",
-        "job.batchSize x job.nodes x job.gpusPerNode",
-        lambda s: s.job.global_batch_size if s.job.elastic is not None else None,
-    ),
-    # Left out unless set: a stack on a claim never has it, nor an s3 stack whose bucket exists.
-    TrainerArgument(
-        "create_bucket",
-        "--create-bucket",
-        "checkpoints.createBucket",
-        lambda s: True if s.checkpoints.create_bucket else None,
-        switch=True,
-    ),
-)
+TRAINER_ARGUMENTS = _trainer_arguments()
 
 
 def trainer_argument(field: str) -> TrainerArgument | None:
@@ -435,18 +427,20 @@ def contract_env(settings: StackSettings) -> list[dict[str, str]]:
 
 
 def storage_env(settings: StackSettings) -> list[dict[str, Any]]:
-    """How the pods reach the object storage, in boto3's names (trainer/storage/s3.py; any
-    user's code with boto3 alike): the endpoint when set and the region in plain text, the
-    credentials by reference to the stack's Secret. Empty on a claim."""
+    """How the pods reach a networked checkpoint storage (s3: boto3's names, for
+    trainer/storage/s3.py and any user's code with boto3 alike): its plain environment (the
+    endpoint when set, the region), the credentials by reference to the stack's Secret. Empty
+    on a claim."""
     env: list[dict[str, Any]] = [
         {"name": name, "value": value}
         for name, value in settings.checkpoints.client_environment.items()
     ]
     secret = resource_names(settings).storage_secret
     if secret is not None:
+        credentials = settings.checkpoints.backend.credentials(settings.checkpoints)
         env += [
             {"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-            for key in STORAGE_SECRET_KEYS
+            for key in credentials
         ]
     return env
 
@@ -484,8 +478,9 @@ def _container(
     if job.gpus_per_node > 0:
         limits[job.gpu_resource] = str(job.gpus_per_node)
     mounts: list[dict[str, Any]] = []
-    if not settings.checkpoints.s3:  # object storage is reached over the network, not mounted
-        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": settings.checkpoints.mount_path})
+    # A networked storage (s3) is reached over the network: no mount.
+    if (mount_path := settings.checkpoints.backend.mount_path(settings.checkpoints)) is not None:
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": mount_path})
     mounts.append({"name": SHM_VOLUME, "mountPath": SHM_DIR})
     for index, volume in enumerate(job.volumes):
         mounts.append(
@@ -540,10 +535,9 @@ def pod_template(
     names = resource_names(settings)
     job = settings.job
     volumes: list[dict[str, Any]] = []
-    if names.claim is not None:  # object storage (s3) has no claim to mount
-        volumes.append(
-            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": names.claim}}
-        )
+    storage = settings.checkpoints.backend
+    if storage.mount_path(settings.checkpoints) is not None:  # a networked one has no volume
+        volumes.append({"name": CHECKPOINT_VOLUME, **storage.volume_source(settings)})
     # torch's DataLoader workers and NCCL exchange tensors through /dev/shm; the container
     # runtime's default 64 MiB is far too small.
     volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
@@ -561,8 +555,7 @@ def pod_template(
         spec["imagePullSecrets"] = [{"name": names.pull_secret}]
     if settings.platform == "runai":
         spec["schedulerName"] = RUNAI_SCHEDULER
-    rwo_claim = names.claim is not None and settings.checkpoints.access_mode == "ReadWriteOnce"
-    if rwo_claim and job.nodes > 1:
+    if storage.co_locates_pods(settings.checkpoints) and job.nodes > 1:
         spec["affinity"] = _co_location_affinity(settings)
     spec.update(scheduling(settings))
     labels = {
@@ -627,20 +620,22 @@ def checkpoint_reader_pod_manifest(
     node: str | None,
     deadline_seconds: int,
 ) -> dict[str, Any]:
-    """A short-lived pod that mounts the stack's claim read-only, so `make checkpoint` can read
-    and copy the checkpoints whether the job runs, has finished or is gone with the stack.
+    """A short-lived pod that mounts the stack's checkpoint storage read-only, so `make
+    checkpoint` can read and copy the checkpoints whether the job runs, has finished or is gone
+    with the stack.
 
     It only waits (`sleep`): the copy runs through exec. `deadline_seconds` ends it even if the
     tool that started it is killed before it can delete it. `node` pins it beside the pod that
     has a ReadWriteOnce claim mounted, the one node where that claim can be mounted too. It has
     the job's node selector and tolerations, as the claim may be reachable on its nodes only.
-    A stack whose checkpoints are in object storage has no claim: the bucket is read directly.
+    A networked storage (s3) is not mounted: its root is read directly.
     """
-    claim = resource_names(settings).claim
-    if claim is None:
+    storage = settings.checkpoints.backend
+    mount_path = storage.mount_path(settings.checkpoints)
+    if mount_path is None:
         raise ValueError(
-            "checkpoint_reader_pod_manifest: checkpoints.storage is s3, there is no claim to "
-            f"mount; read {settings.checkpoint_dir} from the bucket"
+            f"checkpoint_reader_pod_manifest: checkpoints.storage is {storage.name}, there is "
+            f"nothing to mount; read {settings.checkpoint_dir} directly"
         )
     spec: dict[str, Any] = {
         "containers": [
@@ -656,7 +651,7 @@ def checkpoint_reader_pod_manifest(
                 "volumeMounts": [
                     {
                         "name": CHECKPOINT_VOLUME,
-                        "mountPath": settings.checkpoints.mount_path,
+                        "mountPath": mount_path,
                         "readOnly": True,
                     }
                 ],
@@ -664,12 +659,7 @@ def checkpoint_reader_pod_manifest(
                 "securityContext": container_security_context(),
             }
         ],
-        "volumes": [
-            {
-                "name": CHECKPOINT_VOLUME,
-                "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
-            }
-        ],
+        "volumes": [{"name": CHECKPOINT_VOLUME, **storage.volume_source(settings, read_only=True)}],
         "restartPolicy": "Never",
         "activeDeadlineSeconds": deadline_seconds,
         "terminationGracePeriodSeconds": 0,

@@ -38,9 +38,6 @@ Launcher = Literal["torchrun", "none"]
 Parallelism = Literal["ddp", "fsdp"]
 TolerationOperator = Literal["Equal", "Exists"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-# Where a stack keeps its checkpoints: a PersistentVolumeClaim the pods mount, or a bucket of an
-# S3-compatible object store the trainer writes to over the network (issue 33).
-CheckpointStorage = Literal["claim", "s3"]
 
 # Where the pods start (their workingDir) and where the trainer image keeps its code: no volume
 # may be mounted over it (nor over /dev/shm or the checkpoint claim).

@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Le
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -43,20 +44,22 @@ from pydantic.dataclasses import dataclass, is_pydantic_dataclass
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from components.checkpoint_storage import (
+    CheckpointStorage,
+    owners_of,
+    secret_checkpoint_keys,
+    storage_named,
+    storage_names,
+)
 from components.setting_values import (
     APP_DIR,
     BASE_IMAGE_ARG,
     REDACTED,
-    S3_ACCESS_KEY_ID_ENV,
-    S3_ENDPOINT_ENV,
-    S3_REGION_ENV,
-    S3_SECRET_ACCESS_KEY_ENV,
     SHM_DIR,
     AccessMode,
     Allowed,
     Boolean,
     BuildArgs,
-    CheckpointStorage,
     CleanPodPolicy,
     Command,
     DnsLabel,
@@ -99,7 +102,6 @@ from components.setting_values import (
     WaitFor,
     is_loopback,
     is_pinned,
-    is_secret_value,
     refusal,
     registry_host,
     server_host,
@@ -134,6 +136,21 @@ RUNNING_TIMEOUT_SECONDS = 30 * 60
 # What a pod's GPUs are asked as unless `job.gpuResource` says otherwise (NVIDIA's device plugin).
 GPU_RESOURCE = "nvidia.com/gpu"
 CODE = "the image's code, where the pods start"
+
+
+def _registered_storage(name: str) -> str:
+    if name not in storage_names():
+        raise ValueError("not a registered checkpoint storage")
+    return name
+
+
+# `checkpoints.storage`: one of the registered storages (components/checkpoint_storage/), so a
+# new one is a module and a registration, not an edit here.
+StorageName = Annotated[
+    str,
+    AfterValidator(_registered_storage),
+    Allowed(f"expected one of {', '.join(storage_names())}"),
+]
 
 
 class SettingsError(ValueError):
@@ -283,20 +300,11 @@ class RegistrySettings(_Settings):
     """the registry password: required with `registry`, refused without it"""
 
 
-# Which checkpoints keys each storage reads: a key of the other storage would be silently
-# ignored, so it is refused (only when written in the stack, its default never is).
-CLAIM_KEYS = ("size", "storageClass", "accessMode", "mountPath", "retainOnDestroy", "existingClaim")
-S3_CREDENTIAL_KEYS = ("accessKeyId", "secretAccessKey")
-S3_KEYS = ("bucket", "prefix", "endpoint", "region", "createBucket", *S3_CREDENTIAL_KEYS)
-S3_URL_PREFIX = "s3://"
-
-
 @dataclass(frozen=True, config=_CONFIG)
 class CheckpointSettings(_Settings):
-    storage: CheckpointStorage = "claim"
+    storage: StorageName = "claim"
     """where checkpoints go: `claim`, a PersistentVolumeClaim the pods mount, or `s3`, a bucket
-    of an S3-compatible object store the trainer writes to (no claim, no mount; not with
-    `job.parallelism: fsdp`, whose sharded checkpoints need a filesystem)"""
+    of an S3-compatible object store the trainer writes to (no claim, no mount)"""
     size: Quantity = "10Ti"
     """`claim`: the claim's capacity; growing it is an in-place update"""
     storage_class: ObjectName | None = None
@@ -341,78 +349,38 @@ class CheckpointSettings(_Settings):
             return settings
         # What the stack wrote (a default is never refused): pydantic's dataclasses keep no
         # fields-set record, so the config object's own keys say it.
-        given = {str(key) for key, value in data.items() if value is not None}
-        shown = {key: REDACTED if key in S3_CREDENTIAL_KEYS else data.get(key) for key in given}
-        if settings.storage == "claim":
-            for key in (key for key in S3_KEYS if key in given):
+        given = {str(key): value for key, value in data.items() if value is not None}
+        storage = settings.backend
+        for key in given:
+            owners = owners_of(key)
+            if owners and storage not in owners:
+                owner = owners[0]
                 raise refusal(
                     key,
-                    shown[key],
-                    f"checkpoints.{key} is for checkpoints.storage: s3, and this stack keeps its "
-                    "checkpoints on a claim (checkpoints.storage: claim, the default): set "
-                    "checkpoints.storage: s3 or leave it out",
+                    REDACTED if key in owner.secret_keys else given[key],
+                    f"checkpoints.{key} is for checkpoints.storage: {owner.name}, and "
+                    f"{storage.without_keys_of_others}: set checkpoints.storage: {owner.name} "
+                    "or leave the key out",
                 )
-            return settings
-        for key in (key for key in CLAIM_KEYS if key in given):
-            raise refusal(
-                key,
-                shown[key],
-                f"checkpoints.{key} is for checkpoints.storage: claim, and with s3 there is no "
-                "claim: leave it out",
-            )
-        _require(
-            settings.bucket is not None,
-            "bucket",
-            None,
-            "required when checkpoints.storage is s3: the bucket the checkpoints go to",
-        )
-        credentials = {key: data.get(key) for key in S3_CREDENTIAL_KEYS if key in given}
-        if len(credentials) == 1:
-            [missing] = [key for key in S3_CREDENTIAL_KEYS if key not in credentials]
-            raise refusal(
-                missing,
-                None,
-                f"checkpoints.{next(iter(credentials))} is set: the credentials go together, "
-                "set both (pulumi config set --secret --path checkpoints.<key>) or neither "
-                "(the pods' own identity: IRSA, workload identity)",
-            )
-        for key, value in credentials.items():
-            _require(
-                is_secret_value(value),
-                key,
-                REDACTED,
-                f"expected a secret of the stack's config: pulumi config set --secret --path "
-                f"checkpoints.{key} VALUE (a credential is never plain text)",
-            )
+        storage.check(settings, given)
         return settings
 
     @property
-    def s3(self) -> bool:
-        """Checkpoints go to object storage: no claim, no mount."""
-        return self.storage == "s3"
-
-    @property
-    def has_credentials(self) -> bool:
-        """The stack hands the pods S3 credentials (its Secret); else their own identity."""
-        return self.s3 and self.access_key_id is not None
+    def backend(self) -> CheckpointStorage:
+        """The storage `storage` names: every question about where the runs are goes to it."""
+        return storage_named(self.storage)
 
     @property
     def root(self) -> str:
-        """Where the stack's runs live, each in `<root>/<job.name>`: the claim's mount path, or
-        `s3://<bucket>[/<prefix>]`."""
-        if not self.s3:
-            return self.mount_path
-        return S3_URL_PREFIX + "/".join(part for part in (self.bucket, self.prefix) if part)
+        """Where the stack's runs live, each in `<root>/<job.name>`: a path the pods mount (the
+        claim's mount path), or the URL of a networked storage (`s3://<bucket>[/<prefix>]`)."""
+        return self.backend.root(self)
 
     @property
     def client_environment(self) -> dict[str, str]:
-        """What an S3 client is told besides the credentials, in boto3's names (the pods' plain
-        environment; a tool reading the bucket from here sets the same): the endpoint when set,
-        the region. Empty for a claim."""
-        if not self.s3:
-            return {}
-        env = {S3_ENDPOINT_ENV: self.endpoint} if self.endpoint is not None else {}
-        return {**env, S3_REGION_ENV: self.region}
+        """The pods' plain environment for reaching the storage (boto3's names for s3); a tool
+        reading it from this machine sets the same. Empty for a claim."""
+        return self.backend.client_environment(self)
 
 
 def _default_active_deadline(data: dict[str, Any]) -> int | None:
@@ -517,19 +485,20 @@ class TolerationSettings(_Settings):
         return {name: value for name, value in fields.items() if value is not None}
 
 
-# The keys only the project's trainer reads: its command line's (components/manifests.py's
-# TRAINER_ARGUMENTS, which a test holds to this list). A job.command of your own takes its own
-# arguments, so they are refused beside it.
-TRAINER_KEYS = (
-    "batchSize",
-    "totalEpochs",
-    "saveEvery",
-    "datasetSize",
-    "task",
-    "initFrom",
-    "saveEverySteps",
-    "parallelism",
-)
+@dataclasses.dataclass(frozen=True)
+class TrainerFlag:
+    """Marks a `JobSettings` field as a setting the project's trainer reads, declared with the
+    field once: its flag on the trainer's command line (None: a positional, in the fields'
+    order), the local run's flag that overrides it (`make local`), and whether its default is
+    left to the trainer (its flag then given only when set otherwise, so adding such a setting
+    changes no existing job's args). The pods' args (components/manifests.py's
+    TRAINER_ARGUMENTS), the refusal beside `job.command` and the local overrides follow from it;
+    tests/components/test_manifests.py holds each to the trainer's own parser (trainer/cli.py,
+    which ships alone in the image and so declares its side itself)."""
+
+    flag: str | None
+    local_flag: str | None = None
+    default_is_the_trainers: bool = False
 
 
 def _shadows(path: str, other: str) -> bool:
@@ -553,18 +522,20 @@ class JobSettings(_Settings):
     """pods: 1 master (it trains) + `nodes - 1` workers"""
     gpus_per_node: Integer = Field(1, ge=0, le=MAX_GPUS_PER_NODE)
     """`0` runs on the CPU with gloo; one process per GPU"""
-    batch_size: Integer = Field(32, ge=1)
+    batch_size: Annotated[Integer, TrainerFlag("--batch_size")] = Field(32, ge=1)
     """samples per step on each process (an elastic job on fewer pods keeps its global batch:
     then the most a process puts through the model at once)"""
-    total_epochs: Integer = Field(100, ge=1)
+    total_epochs: Annotated[Integer, TrainerFlag(None, "--epochs")] = Field(100, ge=1)
     """epochs to train"""
-    save_every: Integer = Field(25, ge=1)
+    save_every: Annotated[Integer, TrainerFlag(None, "--save-every")] = Field(25, ge=1)
     """a checkpoint every this many completed epochs; the last epoch is always saved"""
-    dataset_size: Integer = Field(2048, ge=1)
+    dataset_size: Annotated[Integer, TrainerFlag("--dataset-size", "--dataset-size")] = Field(
+        2048, ge=1
+    )
     """samples in the training set"""
-    task: TaskRef | None = None
+    task: Annotated[TaskRef | None, TrainerFlag("--task")] = None
     """what to train (unset: the trainer's default)"""
-    init_from: Text | None = None
+    init_from: Annotated[Text | None, TrainerFlag("--init-from")] = None
     """warm start a new run (new `job.name`) from the weights of a checkpoint directory or file
     under `checkpoints.mountPath`, not this job's own (`--init-from`)"""
     max_restarts: Integer = Field(0, ge=0, le=100)
@@ -596,12 +567,16 @@ class JobSettings(_Settings):
     """which pods the operator deletes when the job finishes: `Running` frees the GPUs of
     pods still running and keeps the failed pods' logs"""
     # Issue 21: checkpoints within an epoch and elastic jobs.
-    save_every_steps: Integer | None = Field(None, ge=1)
+    save_every_steps: Annotated[Integer | None, TrainerFlag("--save-every-steps")] = Field(
+        None, ge=1
+    )
     """also a checkpoint every this many optimizer steps, mid-epoch too (unset: at epoch ends
     only); a lost pod then costs at most this many steps"""
     elastic: ElasticSettings | None = None
     # Issue 37: models past one GPU's memory.
-    parallelism: Parallelism = "ddp"
+    parallelism: Annotated[
+        Parallelism, TrainerFlag("--parallelism", default_is_the_trainers=True)
+    ] = "ddp"
     """`ddp` replicates the model on every process; `fsdp` shards its parameters, gradients and
     optimizer state over them (FSDP2), each writing its shard of a sharded checkpoint
     (`--parallelism`; docs/explanation/trainer.md)"""
@@ -662,7 +637,7 @@ class JobSettings(_Settings):
     @classmethod
     def _trainer_keys_only_for_the_trainer(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and data.get("command") is not None:
-            for key in TRAINER_KEYS:
+            for key in (setting.key for setting in trainer_settings()):
                 if data.get(key) is not None:
                     raise refusal(
                         key,
@@ -839,21 +814,20 @@ class StackSettings(_Settings):
 
     @property
     def checkpoint_claim(self) -> str | None:
-        """The checkpoint claim's name: the existing one, or the stack's `<job>-checkpoints`;
-        None when checkpoints go to object storage (no claim at all)."""
-        if self.checkpoints.s3:
-            return None
-        return self.checkpoints.existing_claim or f"{self.job.name}-checkpoints"
+        """The claim the pods mount for checkpoints (the existing one, or the stack's
+        `<job>-checkpoints`); None when the storage is not a claim."""
+        return self.checkpoints.backend.claim(self)
 
     @property
     def storage_env(self) -> dict[str, str]:
-        """The pods' environment variables an s3 stack sets itself (job.env and job.secretEnv
-        may not name them): the client's, and the credentials' when the stack has them."""
-        names = dict(self.checkpoints.client_environment)
-        if self.checkpoints.has_credentials:
-            names[S3_ACCESS_KEY_ID_ENV] = REDACTED
-            names[S3_SECRET_ACCESS_KEY_ENV] = REDACTED
-        return names
+        """The pods' environment variables the checkpoint storage sets itself (job.env and
+        job.secretEnv may not name them): its client's, and its credentials' (REDACTED)."""
+        storage = self.checkpoints.backend
+        credentials = storage.credentials(self.checkpoints)
+        return {
+            **storage.client_environment(self.checkpoints),
+            **{name: REDACTED for name in credentials},
+        }
 
     @model_validator(mode="after")
     def _across_objects(self, info: ValidationInfo) -> StackSettings:
@@ -891,17 +865,19 @@ class StackSettings(_Settings):
                 self.registry.server,
                 f"must be the registry image.repository pushes to ({host})",
             )
-        _require(
-            self.checkpoints.access_mode != "ReadWriteOncePod" or self.job.nodes == 1,
-            "checkpoints.accessMode",
-            self.checkpoints.access_mode,
-            f"ReadWriteOncePod lets one pod mount the claim but job.nodes is {self.job.nodes}; "
-            "use ReadWriteMany (or ReadWriteOnce, which co-locates the pods on one node)",
-        )
-        if self.checkpoints.s3:
-            self._object_storage_rules()
-        mount = self.checkpoints.mount_path
-        for index, volume in enumerate(() if self.checkpoints.s3 else self.job.volumes):
+        storage = self.checkpoints.backend
+        storage.check_stack(self)
+        for name in self.storage_env:
+            for key, names in (("env", self.job.env), ("secretEnv", self.job.secret_env)):
+                _require(
+                    name not in names,
+                    f"job.{key}.{name}",
+                    REDACTED if key == "secretEnv" else names.get(name),
+                    f"checkpoints.storage: {storage.name} sets {name} in the pods from the "
+                    "checkpoints settings: set it there, or leave it out",
+                )
+        mount = storage.mount_path(self.checkpoints)
+        for index, volume in enumerate(self.job.volumes if mount is not None else ()):
             _require(
                 volume.claim != self.checkpoint_claim,
                 f"job.volumes[{index}].claim",
@@ -919,7 +895,7 @@ class StackSettings(_Settings):
         # this job's own directory: a warm start is a new run with a directory of its own.
         if (init_from := self.job.init_from) is not None:
             root, own = self.checkpoints.root, self.checkpoint_dir
-            where = "in the bucket" if self.checkpoints.s3 else "on the claim"
+            where = storage.where
             _require(
                 init_from.startswith(root + "/")
                 and all(
@@ -938,35 +914,6 @@ class StackSettings(_Settings):
                 "run: give the job a new job.name and point job.initFrom at the old one",
             )
         return self
-
-    def _object_storage_rules(self) -> None:
-        """What an s3 stack's job cannot have: sharded checkpoints, which need a filesystem
-        (the trainer refuses fsdp on any other root), the bucket's creation by code that is not
-        the trainer's, and its own value for a variable the stack sets."""
-        _require(
-            self.job.parallelism != "fsdp",
-            "job.parallelism",
-            self.job.parallelism,
-            "fsdp writes sharded checkpoints, which need a filesystem, and checkpoints.storage "
-            "is s3: use job.parallelism: ddp, or checkpoints.storage: claim",
-        )
-        _require(
-            self.job.runs_trainer or not self.checkpoints.create_bucket,
-            "checkpoints.createBucket",
-            self.checkpoints.create_bucket,
-            "only the project's trainer creates the bucket (--create-bucket), and job.command "
-            "runs your own code: create the bucket beforehand (or in your code) and leave "
-            "createBucket out",
-        )
-        for name in self.storage_env:
-            for key, names in (("env", self.job.env), ("secretEnv", self.job.secret_env)):
-                _require(
-                    name not in names,
-                    f"job.{key}.{name}",
-                    REDACTED if key == "secretEnv" else names.get(name),
-                    f"checkpoints.storage: s3 sets {name} in the pods from the checkpoints "
-                    "settings: set it there, or leave it out",
-                )
 
 
 _STACK = TypeAdapter(StackSettings)
@@ -1312,11 +1259,21 @@ def load_settings() -> StackSettings:
     return _stack_config()[2]
 
 
-def load_args() -> dict[str, Any]:
-    """The running program's stack config as TrainingEnvironmentArgs, validated first (so a bad
-    value stops the program with the same line as ever, before any resource exists)."""
-    values, password, _ = _stack_config()
-    return args_of_config(values, password)
+class ValidatedArgs(dict[str, Any]):
+    """TrainingEnvironmentArgs that were validated already, with the settings they make: the
+    component declares those instead of validating the same config a second time."""
+
+    def __init__(self, args: Mapping[str, Any], settings: StackSettings) -> None:
+        super().__init__(args)
+        self.settings = settings
+
+
+def load_args() -> ValidatedArgs:
+    """The running program's stack config as TrainingEnvironmentArgs, validated once, here (so a
+    bad value stops the program with the same line as ever, before any resource exists), and
+    carrying the settings it made for the component."""
+    values, password, settings = _stack_config()
+    return ValidatedArgs(args_of_config(values, password), settings)
 
 
 def _secret_env_as_secrets(values: dict[str, Any]) -> dict[str, Any]:
@@ -1343,11 +1300,34 @@ def _secret_env_as_secrets(values: dict[str, Any]) -> dict[str, Any]:
     ):
         credentials = {
             key: pulumi.Output.secret(checkpoints[key])
-            for key in S3_CREDENTIAL_KEYS
+            for key in secret_checkpoint_keys()
             if checkpoints.get(key) is not None
         }
         values = {**values, "checkpoints": {**checkpoints, **credentials}}
     return values
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSetting:
+    """A `JobSettings` field the trainer reads: its attribute, its key in `job`, its flag and
+    its default."""
+
+    attribute: str
+    key: str
+    flag: TrainerFlag
+    default: Any
+
+
+def trainer_settings() -> list[TrainerSetting]:
+    """The settings the project's trainer reads, in their declaration order (the positionals'
+    order on its command line)."""
+    fields: dict[str, FieldInfo] = JobSettings.__pydantic_fields__  # type: ignore[attr-defined]
+    return [
+        TrainerSetting(attribute, str(info.alias), flag, info.default)
+        for attribute, info in fields.items()
+        for flag in info.metadata
+        if isinstance(flag, TrainerFlag)
+    ]
 
 
 def job_key(attribute: str) -> str | None:

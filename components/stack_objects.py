@@ -29,7 +29,7 @@ class StackObjects:
     runtime: dict[str, Any] | None = None
     # The Secret holding `job.secretEnv`'s values, when there are any.
     env_secret: dict[str, Any] | None = None
-    # The Secret holding the object storage's credentials (checkpoints.storage: s3), when set.
+    # The Secret holding the checkpoint storage's credentials (s3's keys), when it has them.
     storage_secret: dict[str, Any] | None = None
 
     def in_apply_order(self) -> list[dict[str, Any]]:
@@ -65,13 +65,9 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
             if names.pull_secret is not None
             else None
         ),
-        # An existing claim belongs to someone else: the job mounts it, the stack never owns it.
-        # Object storage (s3) has no claim at all.
-        claim=(
-            checkpoint_claim_manifest(settings)
-            if settings.checkpoints.existing_claim is None and not settings.checkpoints.s3
-            else None
-        ),
+        # The claim the checkpoint storage has the stack create, if any (an existing claim
+        # belongs to someone else: the job mounts it, the stack never owns it).
+        claim=checkpoint_claim_manifest(settings),
         job=api.job_manifest(settings, image=image),
         runtime=api.runtime_manifest(settings),
         # The values are the settings' own: the program's secret Outputs, the offline REDACTED.

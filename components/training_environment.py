@@ -29,18 +29,18 @@ from pydantic.alias_generators import to_camel
 
 from components.checkpoint_volume import CheckpointVolume
 from components.environment_args import TrainingEnvironmentArgs
-from components.environment_secret import EnvironmentSecret
 from components.job_apis import JobApi, api_of_settings
 from components.manifests import resource_names
-from components.registry_credential import RegistryCredential
 from components.settings import (
     JobSettings,
     SettingsError,
     StackSettings,
+    ValidatedArgs,
     parse_args,
     secret_arguments,
 )
 from components.stack_objects import StackObjects, stack_objects
+from components.stack_secret import StackSecret
 from components.training_image import TrainingImage, registry_auth
 
 
@@ -168,7 +168,7 @@ def _with_secrets(
 
 
 class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, RegistryCredential, EnvironmentSecret, CheckpointVolume and the
+    """Composes TrainingImage, its StackSecrets, CheckpointVolume and the
     job: the component of the job API `job.api` names (a PyTorchJob or a TrainJob).
 
     Its outputs are StackOutputs' fields, as attributes (`environment.job_name`) and in
@@ -184,7 +184,9 @@ class TrainingEnvironment(pulumi.ComponentResource):
     ) -> None:
         super().__init__("pytorch-distributed:index:TrainingEnvironment", name, None, opts)
         public, secrets = _split_secrets(args)
-        if _holds_outputs(public):
+        if isinstance(args, ValidatedArgs):  # the stack's own config, validated by load_args
+            outputs = self._declare_settings(name, args.settings)
+        elif _holds_outputs(public):
             declared = pulumi.Output.from_input(public).apply(
                 lambda plain: self._declare(name, _with_secrets(plain, secrets))
             )
@@ -207,6 +209,10 @@ class TrainingEnvironment(pulumi.ComponentResource):
             settings = parse_args(args, stack=pulumi.get_stack())
         except SettingsError as error:
             raise pulumi.RunError(f"TrainingEnvironment {name}: {error}") from None
+        return self._declare_settings(name, settings)
+
+    def _declare_settings(self, name: str, settings: StackSettings) -> StackOutputs:
+        """Declare the children of valid settings."""
         # Every child and each of its resources (parent=self) resolve their provider from this
         # map, by package: none can fall back to a default provider.
         child = pulumi.ResourceOptions(
@@ -261,20 +267,24 @@ class TrainingEnvironment(pulumi.ComponentResource):
         job_dependencies: list[pulumi.Resource] = []
         if objects.pull_secret is not None:
             job_dependencies.append(
-                RegistryCredential(f"{name}-registry", objects.pull_secret, opts=child)
+                StackSecret(f"{name}-registry", objects.pull_secret, opts=child)
             )
         if objects.env_secret is not None:
             job_dependencies.append(
-                EnvironmentSecret(f"{name}-environment", objects.env_secret, opts=child)
+                StackSecret(f"{name}-environment", objects.env_secret, opts=child)
             )
         if objects.storage_secret is not None:
             job_dependencies.append(
-                EnvironmentSecret(f"{name}-storage-credentials", objects.storage_secret, opts=child)
+                StackSecret(f"{name}-storage-credentials", objects.storage_secret, opts=child)
             )
         claim: pulumi.Output[str | None] = pulumi.Output.from_input(None)
-        if not settings.checkpoints.s3:  # object storage: nothing to create or mount
+        if (claim_name := settings.checkpoint_claim) is not None:  # else nothing to mount
             volume = CheckpointVolume(
-                f"{name}-checkpoints", settings.checkpoints, objects.claim, opts=child
+                f"{name}-checkpoints",
+                claim_name,
+                objects.claim,
+                retain=settings.checkpoints.backend.retains_claim(settings.checkpoints),
+                opts=child,
             )
             job_dependencies.append(volume)
             claim = volume.claim_name

@@ -15,7 +15,7 @@
 # up and destroy ask for confirmation on a terminal; elsewhere set PULUMI_SKIP_CONFIRMATIONS=true.
 #
 # From the Makefile, not the user: EVENT_LOG (`make up EVENT_LOG=FILE`: the engine's events also
-# go to FILE, JSON lines) and CLUSTER_REGISTRY_PASSWORD_FILE (set by `python -m tools.cluster
+# go to FILE, JSON lines) and CLUSTER_REGISTRY_PASSWORD_FILE (set by `python -m cluster
 # run` for STACK=local: the stack's secret registryPassword follows the cluster's registry).
 #
 # The command itself runs through tools/pulumi_run.py (python3, standard library only): it selects

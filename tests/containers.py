@@ -24,17 +24,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster import docker_api as cluster_docker_api
+from machine.containers import DEFAULT_RUNTIME, engine_environment
+from machine.ports import free_port
 from tests.conftest import REPO_ROOT
-from tools.cluster import docker_api as cluster_docker_api
 from tools.local_backends import container as container_backend
-from tools.ports import free_port
 
 TEST_IMAGE = "localhost/pytorch-distributed-trainer:test"
 # What scripts/container-env.sh defaults to, and the Makefile passes on.
-RUNTIME = os.environ.get("CONTAINER_RUNTIME", container_backend.DEFAULT_RUNTIME)
+RUNTIME = os.environ.get("CONTAINER_RUNTIME", DEFAULT_RUNTIME)
 ENGINE = container_backend.Engine("podman", RUNTIME or None)
 BUILD_TIMEOUT_S = 1800
-REGISTRY_SCRIPT = REPO_ROOT / "tools" / "cluster" / "local-registry.sh"
+REGISTRY_SCRIPT = REPO_ROOT / "cluster" / "local-registry.sh"
 # The media types a registry may serve an image manifest as; a node's pull accepts them all.
 MANIFEST_TYPES = ", ".join(
     [
@@ -61,7 +62,7 @@ def podman_store(*, alone: bool) -> Iterator[None]:
 
 
 def engine_env(**extra: str) -> dict[str, str]:
-    return {**container_backend.engine_environment(os.environ, REPO_ROOT), **extra}
+    return {**engine_environment(os.environ, REPO_ROOT), **extra}
 
 
 def podman(
@@ -102,7 +103,7 @@ def build_base_image() -> str:
 
 @dataclass(frozen=True)
 class Registry:
-    """A registry started by tools/cluster/local-registry.sh, with its own registries.conf for
+    """A registry started by cluster/local-registry.sh, with its own registries.conf for
     podman (the project's, plus this address as plain HTTP)."""
 
     address: str
@@ -140,7 +141,7 @@ class Registry:
 def local_registry(
     directory: Path, *, username: str | None = None, password: str | None = None
 ) -> Iterator[Registry]:
-    """tools/cluster/local-registry.sh on a free port, stopped on exit; with `username`, it requires
+    """cluster/local-registry.sh on a free port, stopped on exit; with `username`, it requires
     authentication with `password`."""
     port = free_port()
     args = [str(REGISTRY_SCRIPT), "start", str(directory / "registry"), str(port)]
@@ -206,7 +207,7 @@ def start_registry(directory: Path, address: str, username: str, password: str) 
 
 @contextlib.contextmanager
 def docker_api(sock: Path, registries_conf: Path) -> Iterator[Path]:
-    """`podman system service` on a unix socket (tools/cluster/docker_api.py): the Docker Engine
+    """`podman system service` on a unix socket (cluster/docker_api.py): the Docker Engine
     API that Docker clients (and the stack's Docker provider, through DOCKER_HOST) talk to."""
     with cluster_docker_api.docker_api(sock, registries_conf) as served:
         yield served

@@ -31,11 +31,11 @@ def test_every_e2e_module_is_collected() -> None:
 
 def test_every_stack_on_the_real_node_names_its_storage_class() -> None:
     """A stack whose claim names a class the node does not make waits out the claim's timeout
-    (minutes) in `make e2e`: the class has one home, tools/cluster/real_node.py."""
+    (minutes) in `make e2e`: the class has one home, cluster/real_node.py."""
     import yaml
 
+    from cluster.real_node import STORAGE_CLASS
     from components.settings import PROJECT
-    from tools.cluster.real_node import STORAGE_CLASS
 
     stacks = [
         REPO_ROOT / "Pulumi.local.yaml",

@@ -95,27 +95,27 @@ def test_a_stack_of_the_one_machine_cluster_runs_on_it(stack: str) -> None:
     start the cluster when needed; status and checkpoint use it while it runs and never start
     it; config gets its Pulumi CLI only."""
     for target in ("preview", "up", "destroy"):
-        assert "-m tools.cluster run --registry-port 5000 -- scripts/pulumi-stack.sh" in dry_run(
+        assert "-m cluster run --registry-port 5000 -- scripts/pulumi-stack.sh" in dry_run(
             target, f"STACK={stack}"
         )
     # Each `make cluster` is a new cluster: up reads back what of the state's objects is gone.
     assert dry_run("up", f"STACK={stack}").endswith(f"scripts/pulumi-stack.sh up {stack} --refresh")
-    assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.status" in dry_run(
+    assert "-m cluster run --no-start -- .venv/bin/python -m tools.status" in dry_run(
         "status", f"STACK={stack}"
     )
-    assert "-m tools.cluster run --no-start -- .venv/bin/python -m tools.retrieve" in dry_run(
+    assert "-m cluster run --no-start -- .venv/bin/python -m tools.retrieve" in dry_run(
         "checkpoint", f"STACK={stack}", "OUT=/tmp/out"
     )
     assert dry_run("config", f"STACK={stack}", "CONFIG_ARGS=get x").endswith(
-        f"-m tools.cluster run --tools-only -- scripts/pulumi-stack.sh config {stack} get x"
+        f"-m cluster run --tools-only -- scripts/pulumi-stack.sh config {stack} get x"
     )
-    assert "tools.cluster" not in dry_run("local", f"STACK={stack}")
+    assert "-m cluster" not in dry_run("local", f"STACK={stack}")
 
 
 @pytest.mark.parametrize("stack", ["dev", "digits"])
 def test_another_stack_runs_as_it_is(stack: str) -> None:
     for target in ("preview", "up", "destroy", "status", "checkpoint", "config"):
-        assert "tools.cluster" not in dry_run(target, f"STACK={stack}")
+        assert "-m cluster" not in dry_run(target, f"STACK={stack}")
     assert "--refresh" not in dry_run("up", f"STACK={stack}")
     assert dry_run("config", f"STACK={stack}", "CONFIG_ARGS=set --path k v").endswith(
         f"scripts/pulumi-stack.sh config {stack} set --path k v"
@@ -129,8 +129,8 @@ def checkout_for_make(directory: Path) -> None:
         shutil.copy2(REPO_ROOT / name, directory / name)
     (directory / "policy").mkdir()
     shutil.copy2(REPO_ROOT / "policy" / "requirements.txt", directory / "policy")
-    for name in ("__init__.py", "cluster/__init__.py", "cluster/stacks.py", "containers"):
-        source, target = REPO_ROOT / "tools" / name, directory / "tools" / name
+    for name in ("tools/containers", "cluster/__init__.py", "cluster/stacks.py"):
+        source, target = REPO_ROOT / name, directory / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
             shutil.copytree(source, target)
@@ -155,7 +155,7 @@ def test_a_stack_naming_the_clusters_registry_on_another_context_is_told_so_once
         "engine and Pulumi CLI; for the cluster set kubeContext: pytorch-distributed-local (as "
         "Pulumi.local.yaml does)"
     ]
-    assert "tools.cluster" not in done.stdout
+    assert "-m cluster" not in done.stdout
 
 
 def test_event_log_reaches_the_wrapper_as_a_variable() -> None:

@@ -32,8 +32,8 @@ CI job) leaves, and what happens to it here:
   imports the Kubernetes objects whose create was in flight (except a retained claim, which
   destroy only forgets anyway), so it deletes them instead of leaving them unmanaged.
 
-Standard library only: this runs with the `python3` that runs the script, which need not be a
-virtualenv with the development tools.
+Standard library only (so is its one project import, machine/engine_api.py): this runs with the
+`python3` that runs the script, which need not be a virtualenv with the development tools.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from machine.engine_api import engine_answers
 
 PREFIX = "pulumi-stack.sh: "
 ACTIONS = ("preview", "up", "destroy", "config")
@@ -120,7 +122,7 @@ def process_exists(pid: int) -> bool:
     """Whether a process with this pid still runs here. Another user's process counts (signalling
     it is only refused). A zombie (exited, not yet reaped: a killed CLI whose parent died with it)
     does not, where psutil can tell (the project's .venv, which `make` passes as PYTHON). Not
-    tools.procs.is_alive: it calls a process it may not inspect gone, the unsafe side here."""
+    machine.procs.is_alive: it calls a process it may not inspect gone, the unsafe side here."""
     if pid <= 0:
         return False
     try:
@@ -482,27 +484,6 @@ DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 NO_ENGINE = re.compile(
     r"failed to connect to any docker daemon|Cannot connect to the Docker daemon", re.IGNORECASE
 )
-
-
-def engine_answers(host: str, timeout: float = 5) -> bool:
-    """A Docker Engine API (Docker's or podman's) answers `GET /_ping` at `host` (unix:// or
-    tcp://; TLS and ssh:// hosts are taken on trust, this does not speak them)."""
-    parts = urlsplit(host)
-    address: str | tuple[str, int]
-    if parts.scheme == "unix":
-        family, address = socket.AF_UNIX, parts.path
-    elif parts.scheme in ("tcp", "http") and parts.hostname and parts.port:
-        family, address = socket.AF_INET, (parts.hostname, parts.port)
-    else:
-        return True
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as connection:
-            connection.settimeout(timeout)
-            connection.connect(address)
-            connection.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            return connection.recv(64).split(b" ", 2)[1:2] == [b"200"]
-    except (OSError, IndexError):
-        return False
 
 
 def no_engine_message(stack: str, host: str | None) -> str:

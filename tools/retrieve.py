@@ -470,11 +470,12 @@ def retrieve(
     image: str | None = None,
     say: Any = print,
 ) -> Copied:
-    """Copy the run's directory from the claim to `out` through a reader pod (see `copy_run`),
-    or, for a run in object storage, from the bucket straight to this machine (see
-    `copy_from_storage`). An API server that cannot be reached or refuses is a RetrieveError
-    (exit code 2) naming it."""
-    if settings.checkpoints.s3:
+    """Copy the run's directory from a mounted checkpoint storage (the claim) to `out` through
+    a reader pod that mounts it (see `copy_run`), or, from a networked one (the bucket), straight
+    to this machine (see `copy_from_storage`). An API server that cannot be reached or refuses
+    is a RetrieveError (exit code 2) naming it."""
+    checkpoints = settings.checkpoints
+    if checkpoints.backend.mount_path(checkpoints) is None:
         with bucket_client_environment(settings):
             return copy_from_storage(
                 settings.checkpoint_dir, out, epoch=epoch, every=every, say=say
@@ -554,10 +555,11 @@ def copy_run(
 
 @contextlib.contextmanager
 def bucket_client_environment(settings: StackSettings) -> Iterator[None]:
-    """The stack's endpoint and region for this process's S3 client, where this environment does
-    not name its own (an endpoint the pods reach by a name this machine does not resolve, such
-    as a Service's, is overridden by exporting AWS_ENDPOINT_URL_S3). The credentials are this
-    environment's: the stack's are secrets the cluster holds."""
+    """The networked storage's plain environment (s3: the stack's endpoint and region) for this
+    process's client, where this environment does not name its own (an endpoint the pods reach
+    by a name this machine does not resolve, such as a Service's, is overridden by exporting
+    AWS_ENDPOINT_URL_S3). The credentials are this environment's: the stack's are secrets the
+    cluster holds."""
     added = {
         name: value
         for name, value in settings.checkpoints.client_environment.items()

@@ -80,23 +80,20 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from pydantic import ValidationError
-
+from components.checkpoint_storage import kept_at
 from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
 from components.manifests import trainer_argument
-from components.setting_values import Allowed, S3Bucket, S3Prefix
 from components.settings import (
     REPO_ROOT,
-    S3_ENDPOINT_ENV,
-    S3_REGION_ENV,
-    CheckpointSettings,
     SettingsError,
     StackSettings,
     job_key,
     load_stack_file,
+    trainer_settings,
 )
+from machine.ports import free_port
 from tools.local_backends import LocalBackend
 from tools.local_backends.container import (
     DEFAULT_IMAGE,
@@ -107,21 +104,20 @@ from tools.local_backends.container import (
 )
 from tools.local_backends.pods import host_environment
 from tools.local_backends.process import PathMapper, ProcessBackend, path_mapper
-from tools.ports import free_port
 from tools.stack_cli import add_stack_arguments
 from tools.supervisor import JobOutcome, JobPolicy, Supervisor
-from trainer.storage import FILE_SCHEME, StorageError, scheme_of
-from trainer.storage.s3 import open_root as open_s3_root
+from trainer.storage import FILE_SCHEME, scheme_of
 
 BACKENDS = ("process", "container")
 PID_DIR_NAME = ".run_local"
 # Where a job.volumes claim's local stand-in is, in this checkout, unless --volume says.
 CLAIMS_DIR_NAME = ".claims"
-# Flags that override a job setting: JobSettings attribute -> flag.
+# Flags that override a job setting, JobSettings attribute -> flag: declared with the setting
+# (its TrainerFlag's local_flag in components/settings.py).
 OVERRIDE_FLAGS = {
-    "total_epochs": "--epochs",
-    "save_every": "--save-every",
-    "dataset_size": "--dataset-size",
+    setting.attribute: setting.flag.local_flag
+    for setting in trainer_settings()
+    if setting.flag.local_flag is not None
 }
 STOP_SIGNAL_WORDS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM"}
 
@@ -210,13 +206,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(str(error))
     args.bucket_root = None
     if args.checkpoint_root is not None:
-        if scheme_of(args.checkpoint_root) == S3_SCHEME:
+        if scheme_of(args.checkpoint_root) != FILE_SCHEME:  # a URL: a networked storage's
             args.bucket_root, args.checkpoint_root = args.checkpoint_root, None
-        elif scheme_of(args.checkpoint_root) != FILE_SCHEME:
-            parser.error(
-                f"--checkpoint-root = {args.checkpoint_root!r}: expected a directory or "
-                "s3://BUCKET[/PREFIX]"
-            )
         else:
             args.checkpoint_root = Path(args.checkpoint_root.removeprefix("file://"))
     volumes = {}
@@ -247,44 +238,25 @@ def apply_overrides(settings: StackSettings, args: argparse.Namespace) -> StackS
     return dataclasses.replace(settings, job=dataclasses.replace(settings.job, **changes))
 
 
-S3_SCHEME = "s3"
-# The parts of an s3:// root, by their settings' names, and the rules they follow there.
-S3_PARTS = {"bucket": S3Bucket, "prefix": S3Prefix}
-
-
-def in_object_storage(settings: StackSettings, bucket_root: str | None) -> StackSettings:
-    """The run's checkpoints in object storage: `--checkpoint-root s3://BUCKET[/PREFIX]` makes
-    any stack's run keep them there, as a stack with `checkpoints.storage: s3` does; and a run in
-    object storage talks to the server this environment names (AWS_ENDPOINT_URL_S3: one on this
-    machine, say) rather than the stack's (one the pods reach, by a name this machine may not
+def in_storage_of_root(settings: StackSettings, storage_root: str | None) -> StackSettings:
+    """The run's checkpoints where `--checkpoint-root URL` says: `s3://BUCKET[/PREFIX]` makes
+    any stack's run keep them in that bucket, as a stack with `checkpoints.storage: s3` does.
+    And a networked storage is reached as this environment says (AWS_ENDPOINT_URL_S3: a server
+    on this machine, say) rather than as the stack's pods do (by a name this machine may not
     resolve)."""
     checkpoints = settings.checkpoints
-    if bucket_root is not None:
+    if storage_root is not None:
         try:
-            root = open_s3_root(bucket_root)
-        except StorageError as error:
-            raise LocalRunError(f"--checkpoint-root = {error}") from None
-        try:
-            checkpoints = CheckpointSettings(
-                storage="s3",
-                bucket=root.bucket,
-                prefix=root.prefix or None,
-                endpoint=checkpoints.endpoint,
-                region=checkpoints.region,
-                create_bucket=checkpoints.create_bucket,
-                access_key_id=checkpoints.access_key_id,
-                secret_access_key=checkpoints.secret_access_key,
-            )
-        except ValidationError as error:  # the bucket's or the prefix's rule
-            part = str(error.errors()[0]["loc"][0])
-            allowed = next(str(a) for a in get_args(S3_PARTS[part]) if isinstance(a, Allowed))
+            moved = kept_at(checkpoints, storage_root)
+        except ValueError as error:
+            raise LocalRunError(f"--checkpoint-root = {storage_root!r}: {error}") from None
+        if moved is None:
             raise LocalRunError(
-                f"--checkpoint-root = {bucket_root!r}: the {part}: {allowed}"
-            ) from None
-    if checkpoints.s3:
-        endpoint = os.environ.get(S3_ENDPOINT_ENV) or checkpoints.endpoint
-        region = os.environ.get(S3_REGION_ENV) or checkpoints.region
-        checkpoints = dataclasses.replace(checkpoints, endpoint=endpoint, region=region)
+                f"--checkpoint-root = {storage_root!r}: expected a directory or "
+                "s3://BUCKET[/PREFIX]"
+            )
+        checkpoints = moved
+    checkpoints = checkpoints.backend.on_this_machine(checkpoints, os.environ)
     return dataclasses.replace(settings, checkpoints=checkpoints)
 
 
@@ -544,22 +516,17 @@ def print_summary(
     print("\n".join(lines), flush=True)
 
 
-def object_storage_key(settings: StackSettings) -> dict[str, str]:
-    """This environment's S3 key for the containers of a run in object storage whose stack names
-    none (a process inherits this environment; a container has only what it is given)."""
-    if not settings.checkpoints.s3 or settings.checkpoints.has_credentials:
-        return {}
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-    return {name: os.environ[name] for name in names if os.environ.get(name)}
-
-
 def make_backend(args: argparse.Namespace, settings: StackSettings) -> LocalBackend:
     if args.backend == "container":
+        checkpoints = settings.checkpoints
         return ContainerBackend(
             image=args.image or stack_image(args.stack, settings),
             engine=args.engine,
             container_runtime=args.container_runtime,
-            extra_env={**object_storage_key(settings), **args.container_env},
+            extra_env={
+                **checkpoints.backend.machine_credentials(checkpoints, os.environ),
+                **args.container_env,
+            },
             repo_root=REPO_ROOT,
         )
     return ProcessBackend(REPO_ROOT, code_dir(settings, REPO_ROOT))
@@ -570,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     repo_root = REPO_ROOT
     master_port = free_port()
     try:
-        stack_settings = in_object_storage(
+        stack_settings = in_storage_of_root(
             apply_overrides(load_stack_file(args.stack, args.stack_dir), args), args.bucket_root
         )
         backend = make_backend(args, stack_settings)
@@ -603,12 +570,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContainerBackendError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    # A mounted storage's path is a directory of this machine; a networked one's root a URL.
+    mount_path = settings.checkpoints.backend.mount_path(settings.checkpoints)
     checkpoint_dir: str | Path = (
         settings.checkpoint_dir
-        if settings.checkpoints.s3
-        else Path(
-            PathMapper({settings.checkpoints.mount_path: checkpoint_root})(settings.checkpoint_dir)
-        )
+        if mount_path is None
+        else Path(PathMapper({mount_path: checkpoint_root})(settings.checkpoint_dir))
     )
     pid_dir = checkpoint_root / PID_DIR_NAME
     supervisor = Supervisor(commands, job_policy(job, runtime), pid_dir=pid_dir)

@@ -29,8 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import procs
-from tools.ports import LOOPBACK, free_port
+from machine import procs
+from machine.ports import LOOPBACK, free_port
 
 S3PROXY_VERSION = "4.1.0"
 S3PROXY_SHA256 = "a4d025969aaf796616ed4b1e2491d87d455ce84bb28cb9db086b2e6aaa68b48d"

@@ -25,7 +25,7 @@ What the training operator and the kubelet do on a cluster, done here for local 
 * SIGINT/SIGTERM are forwarded as SIGTERM to every replica (what a pod deletion sends), SIGKILL
   follows after terminationGracePeriodSeconds or on a second signal;
 * nothing outlives the run: when a replica's main process exits, everything carrying its
-  environment tag (see tools.procs) is killed, as a container's processes die with it, and a
+  environment tag (see machine.procs) is killed, as a container's processes die with it, and a
   `finally` kills whatever any replica left plus the orphans we adopted as subreaper; if the
   supervisor itself is SIGKILLed, the kernel sends each replica's main process SIGTERM.
 """
@@ -47,9 +47,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TextIO
 
-from tools import procs
+from machine import procs
 
-# Every process a replica starts inherits this variable; see tools.procs.tagged.
+# Every process a replica starts inherits this variable; see machine.procs.tagged.
 REPLICA_TAG = "RUN_LOCAL_REPLICA"
 # `<pid_dir>/<pod>.hold`: while it exists, that pod is not restarted (no node for it).
 HOLD_SUFFIX = ".hold"

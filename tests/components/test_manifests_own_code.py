@@ -23,11 +23,11 @@ from components.manifests import (
 )
 from components.settings import (
     REDACTED,
-    TRAINER_KEYS,
     StackSettings,
     job_key,
     load_stack_file,
     parse_settings,
+    trainer_settings,
 )
 from components.stack_objects import stack_objects
 from tests.components import pod_templates
@@ -254,7 +254,7 @@ def test_everything_validates_and_stays_restricted(api: str) -> None:
 def test_the_trainer_only_keys_are_the_trainers_arguments() -> None:
     """What job.command refuses beside it is exactly what reaches the trainer's command line."""
     carried = {argument.setting for argument in TRAINER_ARGUMENTS if argument.attribute}
-    assert {f"job.{key}" for key in TRAINER_KEYS} == carried
+    assert {f"job.{setting.key}" for setting in trainer_settings()} == carried
     assert all(job_key(argument.attribute) for argument in TRAINER_ARGUMENTS if argument.attribute)
 
 

@@ -108,7 +108,7 @@ def test_prod_registers_the_tutorial_environment(prod: ProgramResult) -> None:
     assert type_counts(prod) == {
         COMPONENT + "TrainingEnvironment": 1,
         COMPONENT + "TrainingImage": 1,
-        COMPONENT + "RegistryCredential": 1,
+        COMPONENT + "StackSecret": 1,
         COMPONENT + "CheckpointVolume": 1,
         COMPONENT + "PyTorchJob": 1,
         K8S_PROVIDER: 1,

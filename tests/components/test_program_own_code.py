@@ -89,7 +89,7 @@ def test_build_arguments_reach_the_build_beside_the_base_image() -> None:
 def test_the_environments_secret_is_the_one_place_its_value_is_and_only_as_a_secret(
     digits: ProgramResult,
 ) -> None:
-    component = digits.one(COMPONENT + "EnvironmentSecret")
+    component = digits.one(COMPONENT + "StackSecret")
     secret = digits.one(SECRET)
     assert secret.parent == component.urn
     assert secret.inputs["metadata"]["name"] == "digits-env"

@@ -1103,7 +1103,11 @@ def s3_values(job: dict[str, Any] | None = None, **checkpoints: Any) -> dict[str
 def test_a_stack_keeps_its_checkpoints_on_a_claim_unless_told_otherwise() -> None:
     settings = parse_settings(MINIMAL)
     checkpoints = settings.checkpoints
-    assert (checkpoints.storage, checkpoints.s3, checkpoints.bucket) == ("claim", False, None)
+    assert (checkpoints.storage, checkpoints.backend.name, checkpoints.bucket) == (
+        "claim",
+        "claim",
+        None,
+    )
     assert (checkpoints.region, checkpoints.create_bucket) == ("us-east-1", False)
     assert checkpoints.root == "/checkpoints"
     assert settings.checkpoint_dir == "/checkpoints/pytorch-ddp"
@@ -1122,7 +1126,7 @@ def test_an_s3_stacks_run_lives_under_its_bucket_and_prefix() -> None:
         "AWS_ENDPOINT_URL_S3": "http://minio:9000",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    assert not settings.checkpoints.has_credentials
+    assert settings.checkpoints.backend.credentials(settings.checkpoints) == {}
     # Without a prefix the run is at the bucket's top; without an endpoint, AWS.
     bare = parse_settings(s3_values(region="eu-west-3"))
     assert bare.checkpoint_dir == "s3://team-ckpt/pytorch-ddp"
@@ -1135,7 +1139,10 @@ def test_s3_credentials_are_secrets_never_shown() -> None:
         settings = parse_settings(s3_values(accessKeyId=key_id, secretAccessKey=key))
         checkpoints = settings.checkpoints
         assert (checkpoints.access_key_id, checkpoints.secret_access_key) == (key_id, key)
-        assert checkpoints.has_credentials
+        assert checkpoints.backend.credentials(checkpoints) == {
+            "AWS_ACCESS_KEY_ID": key_id,
+            "AWS_SECRET_ACCESS_KEY": key,
+        }
         assert "never-shown" not in repr(settings) and "access_key" not in repr(checkpoints)
         assert set(settings.storage_env) == {
             "AWS_DEFAULT_REGION",
@@ -1258,12 +1265,6 @@ S3_REFUSALS = [
         "region-uppercase",
         s3_values(region="US-EAST-1"),
         "invalid config pytorch-distributed:checkpoints.region = 'US-EAST-1': expected a region",
-    ),
-    (
-        "fsdp-on-s3",
-        s3_values(job={"parallelism": "fsdp"}),
-        "invalid config pytorch-distributed:job.parallelism = 'fsdp': fsdp writes sharded "
-        "checkpoints, which need a filesystem, and checkpoints.storage is s3",
     ),
     (
         "create-bucket-with-own-code",

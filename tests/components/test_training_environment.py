@@ -65,3 +65,17 @@ def test_s3_credentials_another_program_hands_in_plain_become_secrets(tmp_path: 
             if not contains_secret(value):
                 assert "AKIAPROGRAMNOTREAL01" not in json.dumps(value)
                 assert "program-secret" not in json.dumps(value)
+
+
+def test_the_stacks_own_program_validates_its_config_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_args validated the stack's config and hands the component the settings it made:
+    the component declares them, and validating the arguments again would be a second parse."""
+    from components import training_environment
+
+    def second_validation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the stack's config was validated a second time")
+
+    monkeypatch.setattr(training_environment, "parse_args", second_validation)
+    result = run_program("dev")
+    assert result.error is None, result.error
+    assert result.outputs["jobName"].value == "ddp-dev"

@@ -4,7 +4,7 @@ control plane, and the project directory the CLI runs in.
 Two ways to run it:
 - here and in CI: `make e2e` builds the tools (scripts/e2e-tools.sh, cached outside the clone)
   and starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the training
-  operator, Trainer and JobSet, and kwok on loopback (tools/cluster/control_plane.py, the
+  operator, Trainer and JobSet, and kwok on loopback (cluster/control_plane.py, the
   one-machine cluster's own, with kwok's fake nodes);
 - against your own CLI and cluster: `PD_E2E_PULUMI=$(command -v pulumi)
   PD_E2E_KUBECONFIG=~/.kube/config PD_E2E_IMAGE_REF=<trainer image@sha256:...> make e2e` (e.g.
@@ -40,14 +40,14 @@ import pytest
 import yaml
 from pulumi.automation import EngineEvent
 
+from cluster.control_plane import ControlPlane, build_tools, create_hostpath_storage
+from cluster.real_node import RealNode
+from cluster.service import provider_versions
 from components.settings import PROJECT, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
 from tests.containers import remove_images_for
 from tests.e2e.user_environment import SYSTEM_PATH, user_environment
 from tests.support.timings import ModuleTimings
-from tools.cluster.control_plane import ControlPlane, build_tools, create_hostpath_storage
-from tools.cluster.real_node import RealNode
-from tools.cluster.service import provider_versions
 
 PASSPHRASE = "e2e-passphrase-not-a-secret"
 # Unique enough that finding it anywhere in outputs or state means it leaked.

@@ -1,4 +1,4 @@
-"""The one-machine cluster as a new user meets it (tools/cluster/), with a stack of their own code:
+"""The one-machine cluster as a new user meets it (cluster/), with a stack of their own code:
 the commands of docs/tutorials/your-own-model.md's one-machine-cluster path, as typed, in the
 environment such a user has (HOME, the system's PATH, PULUMI_CONFIG_PASSPHRASE,
 PULUMI_SKIP_CONFIRMATIONS, and the suite's PULUMI_HOME with nothing logged in): no backend, no
@@ -37,17 +37,17 @@ import pytest
 import torch
 import yaml
 
+from cluster.service import TAG, ClusterDir, Running, leftovers, mounts_under, running
+from cluster.stacks import on_cluster
 from components.manifests import resource_names
 from components.settings import PROJECT, load_stack_file
+from machine import procs
+from machine.ports import free_port
 from tests.conftest import REPO_ROOT
 from tests.containers import remove_images_for
 from tests.e2e.conftest import PASSPHRASE, Cluster, Project, command_status
 from tests.e2e.kube import NamespaceObjects
 from tests.e2e.user_environment import SYSTEM_PATH
-from tools import procs
-from tools.cluster.service import TAG, ClusterDir, Running, leftovers, mounts_under, running
-from tools.cluster.stacks import on_cluster
-from tools.ports import free_port
 
 # The cluster starts, the example's image is built on the 5 GB base image, pushed and pulled.
 pytestmark = pytest.mark.timeout(2400)

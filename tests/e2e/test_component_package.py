@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
+from cluster.control_plane import STORAGE_CLASS
 from tests.e2e.conftest import CLI_TIMEOUT_S, Cluster, Project
 from tests.e2e.kube import NamespaceObjects
 from tests.examples.programs import stack_file
 from tests.examples.test_platform_program import SAME_SETTINGS
-from tools.cluster.control_plane import STORAGE_CLASS
 
 
 def cli(project: Project, directory: Path, *args: str, check: bool = True) -> str:

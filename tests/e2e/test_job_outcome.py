@@ -5,7 +5,7 @@ pod that exits 143 and is recreated (c), and a labels-only change of a finished 
 promptly in every wait mode (d); `make status` reports each outcome with its exit code.
 
 kwok's fake nodes run no container: the suite ends each pod with the exit code it chooses by
-annotating it, which the Stage in tools/cluster/kwok/pod-exit.yaml turns into a terminated
+annotating it, which the Stage in cluster/kwok/pod-exit.yaml turns into a terminated
 container, as a kubelet would report it. `pulumi up` runs in a thread meanwhile, as a user's would
 in another terminal. The tests run in file order on one stack.
 """
@@ -29,7 +29,7 @@ from tests.support.waiting import wait_until
 
 NAMESPACE = "default"
 JOB_TYPE = "kubernetes:kubeflow.org/v1:PyTorchJob"
-EXIT_CODE = "pytorch-distributed.test/exit-code"  # read by tools/cluster/kwok/pod-exit.yaml
+EXIT_CODE = "pytorch-distributed.test/exit-code"  # read by cluster/kwok/pod-exit.yaml
 # How long the operator and kwok may take for a step (a busy 2-core machine: tens of seconds).
 STEP_TIMEOUT = 240.0
 # From the operator's Failed condition to `pulumi up`'s exit (the issue's bound).

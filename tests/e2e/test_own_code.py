@@ -35,6 +35,7 @@ import pytest
 import torch
 import yaml
 
+from cluster.real_node import RealNode
 from components.manifests import resource_names
 from components.settings import PROJECT, TRAINER_UID, StackSettings
 from tests.conftest import REPO_ROOT
@@ -47,7 +48,6 @@ from tests.e2e.conftest import (
     started_real_node,
 )
 from tests.e2e.test_real_node import Kube, reader_pods, retrieve
-from tools.cluster.real_node import RealNode
 
 # The first up pushes the 5 GB base image under the example's layers; a cold node pulls it.
 pytestmark = pytest.mark.timeout(2400)

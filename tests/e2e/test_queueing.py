@@ -1,4 +1,4 @@
-"""Jobs queued in Kueue v0.17.0 through the real engine (tools/cluster/kueue_plane.py: Kueue with
+"""Jobs queued in Kueue v0.17.0 through the real engine (cluster/kueue_plane.py: Kueue with
 its webhooks, waitForPodsReady, the PyTorchJob and TrainJob integrations), on kwok's fake nodes:
 
 a. two stacks (tests/e2e/Pulumi.e2e-queue-a.yaml, -b) whose LocalQueue's ClusterQueue has quota
@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from cluster.control_plane import ControlPlane
+from cluster.kueue_plane import cluster_queue, create_queue_object, local_queue
 from components.conditions import conditions_by_type, is_true
 from components.job_apis.pytorchjob import API as PYTORCHJOB
 from components.job_apis.trainjob import API as TRAINJOB_API
@@ -32,8 +34,6 @@ from components.queue_state import (
 from tests.e2e.conftest import Cluster, Project, Stack
 from tests.e2e.test_job_outcome import EXIT_CODE, STEP_TIMEOUT, Up, show
 from tests.support.waiting import wait_until
-from tools.cluster.control_plane import ControlPlane
-from tools.cluster.kueue_plane import cluster_queue, create_queue_object, local_queue
 
 NAMESPACE = "default"
 LOCAL_QUEUE = "team-a"

@@ -1,5 +1,5 @@
 """Pods that really run: the stack's job on the control plane's real node (a kubelet with
-containerd and CoreDNS, tools/cluster/real_node.py) pulls the trainer image from an authenticated
+containerd and CoreDNS, cluster/real_node.py) pulls the trainer image from an authenticated
 registry with the Secret the stack created, finds the master through the operator's Service,
 trains on the claim, resumes after a Kueue preemption and after destroy and up; and
 `make checkpoint` (tools/retrieve.py) copies the verified checkpoints through a reader pod, after
@@ -33,6 +33,14 @@ from typing import Any
 
 import pytest
 
+from cluster.control_plane import ControlPlane
+from cluster.kueue_plane import (
+    cluster_queue,
+    create_queue_object,
+    local_queue,
+    workload_priority_class,
+)
+from cluster.real_node import POD_SECURITY_ENFORCE, RealNode
 from components.manifests import READER_MANAGER, resource_names
 from components.queue_state import (
     JOB_UID_LABEL,
@@ -57,14 +65,6 @@ from tests.e2e.conftest import (
     started_real_node,
 )
 from tests.support.waiting import wait_until
-from tools.cluster.control_plane import ControlPlane
-from tools.cluster.kueue_plane import (
-    cluster_queue,
-    create_queue_object,
-    local_queue,
-    workload_priority_class,
-)
-from tools.cluster.real_node import POD_SECURITY_ENFORCE, RealNode
 from tools.s3_server import S3Endpoint
 from trainer.checkpoint import CheckpointError, CheckpointStore, describe
 from trainer.storage import s3 as s3_backend

@@ -1,7 +1,7 @@
 """A stack's whole life through the real engine, once per job API: the training operator's
 PyTorchJob (tests/e2e/Pulumi.e2e.yaml) and Kubeflow Trainer v2's TrainJob on a TrainingRuntime of
 its own (tests/e2e/Pulumi.e2e-trainjob.yaml; Trainer v2.3.0 and JobSet v0.12.0 run on the control
-plane with their webhooks, tools/cluster/trainer_plane.py). Preview with the policy pack, bad
+plane with their webhooks, cluster/trainer_plane.py). Preview with the policy pack, bad
 values, up (the objects as the builders describe them, the controller's pods with the environment
 the local runner emulates, `job.waitFor: running`), no drift, no plaintext secret, replacement on a
 spec change, destroy keeping the claim and up again on it. Kueue runs beside the TrainJob half

@@ -21,8 +21,8 @@ import pytest
 import torch
 import yaml
 
+from machine import procs
 from tests.conftest import REPO_ROOT, wait_for_runner
-from tools import procs
 
 EXAMPLE = REPO_ROOT / "examples" / "digits"
 JOB = "digits"  # job.name of the example stack

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from components.settings import TRAINER_GID, TRAINER_UID
+from machine.ports import free_port
 from tests.containers import podman, run_container
 from tools.local_backends.container import give_to_fs_group
-from tools.ports import free_port
 
 # The first test also builds the images (a cold base image takes about 9 minutes on 2 cores).
 pytestmark = [pytest.mark.container, pytest.mark.timeout(1800)]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from cluster.stacks import on_cluster
 from tests.conftest import REPO_ROOT
-from tools.cluster.stacks import on_cluster
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 SHELLCHECK = REPO_ROOT / ".venv" / "bin" / "shellcheck"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tools.cluster.control_plane import TOOLS_SCRIPT
+from cluster.control_plane import TOOLS_SCRIPT
 
 
 def tools_script(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:

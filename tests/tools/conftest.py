@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from machine.procs import is_alive
 from tests.conftest import REPO_ROOT
-from tools.procs import is_alive
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -17,7 +17,6 @@ from tools.pulumi_run import (
     LockState,
     Options,
     StackLock,
-    engine_answers,
     event_log_path,
     explain,
     file_backend_dir,
@@ -218,25 +217,6 @@ def test_the_options_before_the_cli_argv() -> None:
         ["up", "dev", "--"],
     ):
         assert parse(wrong) is None, wrong
-
-
-def test_an_engine_answers_only_where_one_listens(tmp_path: Path) -> None:
-    import socketserver
-    import threading
-
-    class Ping(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            self.rfile.readline()
-            self.wfile.write(b"HTTP/1.1 200 OK\r\n\r\nOK")
-
-    sock = tmp_path / "engine.sock"
-    with socketserver.UnixStreamServer(str(sock), Ping) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        assert engine_answers(f"unix://{sock}")
-        server.shutdown()
-    assert not engine_answers(f"unix://{tmp_path / 'none.sock'}")
-    assert not engine_answers("tcp://127.0.0.1:1")
-    assert engine_answers("ssh://user@builder")  # not checked here: taken on trust
 
 
 def test_the_state_directory_follows_the_store_layout(tmp_path: Path) -> None:

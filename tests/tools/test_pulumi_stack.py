@@ -698,6 +698,9 @@ def test_a_stack_without_policy_config_runs_the_pack_with_its_defaults_and_says_
     shutil.copy(SCRIPT, checkout / "scripts")
     for name in ("__init__.py", "pulumi_run.py"):
         shutil.copy(REPO_ROOT / "tools" / name, checkout / "tools")
+    (checkout / "machine").mkdir()
+    for name in ("__init__.py", "engine_api.py"):  # what pulumi_run imports: the engine's ping
+        shutil.copy(REPO_ROOT / "machine" / name, checkout / "machine")
     shutil.copy(REPO_ROOT / "Pulumi.yaml", checkout)
     shutil.copy(REPO_ROOT / "Pulumi.prod.yaml", checkout / "Pulumi.team.yaml")
 

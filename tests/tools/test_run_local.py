@@ -20,9 +20,9 @@ import torch
 
 from components.job_apis.pytorchjob import pytorchjob_manifest
 from components.settings import SettingsError, load_stack_file
+from machine import procs
 from tests.conftest import REPO_ROOT, committed_epochs, wait_for_runner
 from tests.tools.conftest import overrides
-from tools import procs
 from tools.run_local import LocalRunError, apply_overrides
 from tools.run_local import main as run_local_main
 from trainer.checkpoint import CheckpointStore

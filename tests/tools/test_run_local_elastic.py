@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from machine import procs
 from tests.conftest import REPO_ROOT
-from tools import procs
 from tools.supervisor import HOLD_SUFFIX
 from trainer.checkpoint import CheckpointError, CheckpointStore
 from trainer.cli import EXIT_PEER_LOST

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from machine.procs import is_alive
 from tests.tools.conftest import Job, outcome_of, recorded_pids
-from tools.procs import is_alive
 from tools.supervisor import JobOutcome, ReplicaCommand, container_exit_code
 
 MASTER = "job-master-0"

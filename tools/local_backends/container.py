@@ -49,28 +49,14 @@ from typing import Any
 
 from components.job_apis import api_of_job
 from components.settings import StackSettings
+from machine.containers import DEFAULT_IMAGE, engine_environment
+from machine.ports import LOOPBACK
 from tools.local_backends import pods
-from tools.ports import LOOPBACK
 from tools.supervisor import REPLICA_TAG, ReplicaCommand
 
 ENGINES = ("podman", "docker")
 DEFAULT_SHM_SIZE = "1g"
 LABEL_PREFIX = "pytorch-distributed.run-local"
-# Values a pod gets from its own metadata (the downward API); nothing else is resolvable here.
-DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "containers" / "defaults.env"
-
-
-def read_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
-    """The NAME=value lines of tools/containers/defaults.env, which the Makefile and the scripts
-    read as well: the image name, podman's runtime and configuration files live there once."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    pairs = (line.partition("=") for line in lines if line.strip() and not line.startswith("#"))
-    return {name.strip(): value.strip() for name, _, value in pairs}
-
-
-DEFAULTS = read_defaults()
-DEFAULT_IMAGE = DEFAULTS["TRAINER_IMAGE"]
-DEFAULT_RUNTIME = DEFAULTS["DEFAULT_CONTAINER_RUNTIME"]
 
 
 def stack_image(stack: str, settings: StackSettings) -> str:
@@ -306,17 +292,6 @@ def image_exists(engine: Engine, image: str, env: Mapping[str, str]) -> bool:
         timeout=120,
     )
     return result.returncode == 0
-
-
-def engine_environment(host_env: Mapping[str, str], repo_root: Path) -> dict[str, str]:
-    """The engine's environment: the host's, with this project's podman configuration unless the
-    caller chose another (CONTAINERS_CONF / CONTAINERS_REGISTRIES_CONF already set)."""
-    env = dict(host_env)
-    env.setdefault("CONTAINERS_CONF", str(repo_root / DEFAULTS["CONTAINERS_CONF_FILE"]))
-    env.setdefault(
-        "CONTAINERS_REGISTRIES_CONF", str(repo_root / DEFAULTS["CONTAINERS_REGISTRIES_CONF_FILE"])
-    )
-    return env
 
 
 def container_names(commands: Sequence[ReplicaCommand]) -> dict[str, str]:

@@ -20,9 +20,9 @@ from typing import Any
 from components.job_apis import api_of_job
 from components.setting_values import APP_DIR
 from components.settings import TRAINER_CONTEXT, StackSettings
+from machine.ports import LOOPBACK
 from tools.local_backends import pods
 from tools.local_backends.pods import host_environment
-from tools.ports import LOOPBACK
 from tools.supervisor import ReplicaCommand
 
 LOCAL_MASTER_ADDR = LOOPBACK

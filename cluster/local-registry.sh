@@ -2,8 +2,8 @@
 # A plain-HTTP OCI registry on loopback (Debian's docker-registry, the CNCF distribution
 # registry), for pushing the training image without a cloud registry.
 #
-#   tools/cluster/local-registry.sh start DIR [PORT] [--user NAME]   # default port 5000
-#   tools/cluster/local-registry.sh stop DIR
+#   cluster/local-registry.sh start DIR [PORT] [--user NAME]   # default port 5000
+#   cluster/local-registry.sh stop DIR
 #
 # `start` prints 127.0.0.1:PORT once the registry answers. DIR holds the registry's config,
 # storage, log and pid file. It listens on 127.0.0.1 only. With `--user NAME` it requires
@@ -13,7 +13,7 @@
 # podman; a registry on another port needs its own registries.conf entry.
 set -euo pipefail
 # shellcheck source=scripts/container-env.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/container-env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/container-env.sh"
 
 usage() {
   echo "usage: $0 start DIR [PORT] [--user NAME] | stop DIR" >&2

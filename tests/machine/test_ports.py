@@ -1,4 +1,4 @@
-"""tools/ports.py: a port handed out is not handed to another caller on this machine while the
+"""machine/ports.py: a port handed out is not handed to another caller on this machine while the
 process that asked lives (the kernel alone repeats them within seconds); the ledger forgets the
 ports of processes that are gone, of a reused pid and of long ago; without a usable ledger the
 kernel's word is still a free port."""
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from tools import ports
-from tools.ports import HOLD_S, free_port
+from machine import ports
+from machine.ports import HOLD_S, free_port
 
 
 def ports_of(ledger: Path, count: int) -> list[int]:

@@ -1,16 +1,18 @@
 """A real Kubernetes control plane on loopback: the one-machine cluster's (`make cluster`,
-tools/cluster/service.py) and the real-engine e2e suite's (tests/e2e/conftest.py).
+cluster/service.py) and the real-engine e2e suite's (tests/e2e/conftest.py).
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Kubeflow training operator,
-Kubeflow Trainer v2 and JobSet (tools/cluster/trainer_plane.py), Kueue
-(tools/cluster/kueue_plane.py) and, for the suite, kwok (fake nodes: pods get scheduled and reach
+Kubeflow Trainer v2 and JobSet (cluster/trainer_plane.py), Kueue (cluster/kueue_plane.py) and,
+for the suite, kwok (fake nodes: pods get scheduled and reach
 Running without a kubelet or containers) run as plain processes from the binaries
 `scripts/e2e-tools.sh` builds, every port on 127.0.0.1. What Pulumi talks to is therefore a
 genuine API server with the PyTorchJob, TrainJob, JobSet and Kueue CRDs, real admission
 (Trainer's, JobSet's and Kueue's webhooks included), server-side apply, garbage collection, PV
 binding, the Job controller and the operators' reconciliation. The API server reaches nodes and
-pods only through an egress proxy (tools/cluster/node_network.py), and `ControlPlane.real_node()`
-adds a node whose pods really run (tools/cluster/real_node.py).
+pods only through an egress proxy (cluster/node_network.py), and `ControlPlane.real_node()`
+adds a node whose pods really run (cluster/real_node.py). Trainer with JobSet, Kueue and the real
+node are components the plane runs (cluster/plane_component.py): each sees the plane only through
+its public side, and `add` starts it.
 
 Use it as a context manager: `with ControlPlane(bin_dir, workdir) as cp:`.
 """
@@ -28,16 +30,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
-from components.settings import REPO_ROOT
-from tools import procs
-from tools.cluster.kueue_plane import start_kueue
-from tools.cluster.node_network import NODE_NETWORK, NodeNamespaces
-from tools.cluster.processes import (
+from cluster.kueue_plane import Kueue
+from cluster.node_network import NODE_NETWORK, NodeNamespaces
+from cluster.plane_component import PlaneComponent
+from cluster.processes import (
     STARTUP_TIMEOUT,
     ControlPlaneError,
     PlaneProcess,
@@ -46,12 +46,13 @@ from tools.cluster.processes import (
     terminate,
     wait_for,
 )
-from tools.cluster.stacks import CONTEXT
-from tools.cluster.trainer_plane import start_trainer
-from tools.ports import free_port
-
-if TYPE_CHECKING:
-    from tools.cluster.real_node import RealNode
+from cluster.real_node import RealNode
+from cluster.stacks import CONTEXT
+from cluster.trainer_plane import KubeflowTrainer
+from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
+from components.settings import REPO_ROOT
+from machine import procs
+from machine.ports import free_port
 
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
@@ -66,7 +67,7 @@ PRIVATE_CERT_DIR_SCRIPT = 'mkdir -p "$1" && mount --bind "$2" "$1" && shift 2 &&
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # The project's own kwok stages, played beside kwok's "fast" ones
-# (tools/cluster/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).
+# (cluster/kwok/pod-exit.yaml: a test ends a pod with the exit code it chooses).
 PROJECT_STAGES = Path(__file__).resolve().parent / "kwok"
 # The suite's fake nodes; the one-machine cluster has none (its pods run on the real node).
 NODE_COUNT = 2
@@ -78,7 +79,7 @@ NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu"
 # out"). Every stack of the suite, and each `up` after a destroy that deleted its claim, takes
 # one: the 6 there once were ran out in the last module.
 PERSISTENT_VOLUMES = 40
-# Where a real node (tools/cluster/real_node.py) keeps its state, logs and namespaces, under the
+# Where a real node (cluster/real_node.py) keeps its state, logs and namespaces, under the
 # workdir.
 REAL_NODE_DIR = "real-node"
 
@@ -112,6 +113,9 @@ class ControlPlane:
     _service_account_key: Path = field(init=False)
     # What stop_apiserver stopped: the command line start_apiserver runs again.
     _stopped_apiserver: list[str] = field(default_factory=list, init=False)
+    # What runs on the plane besides its own processes (Trainer, Kueue, a real node), in the
+    # order add started them.
+    _components: list[PlaneComponent] = field(default_factory=list, init=False)
     _real_node: RealNode | None = field(default=None, init=False)
     # Whether Kueue runs here: started by add_kueue, when its first user needs it.
     kueue: bool = field(default=False, init=False)
@@ -146,23 +150,40 @@ class ControlPlane:
         self._start_egress_proxy()
         self._start_apiserver(etcd_url, token)
         self._write_kubeconfig(token)
-        self._start("kube-controller-manager", self._controller_manager_args())
-        self._start("kube-scheduler", self._component_args())
+        self.start_process("kube-controller-manager", self._controller_manager_args())
+        self.start_process("kube-scheduler", self.component_args())
         self._install_crd()
         self._prepare_operator_namespace()
         self._start_operator()
-        start_trainer(self)
+        self.add(KubeflowTrainer())
         if self.fake_nodes:
             self._start_kwok()
             self._create_nodes()
         self._create_storage()
 
     def stop(self) -> None:
-        """Terminate every component (newest first) and wait until none is left."""
-        if self._real_node is not None:
-            self._real_node.stop()
+        """Stop every component (newest first), then terminate the plane's processes and wait
+        until none is left."""
+        for component in reversed(self._components):
+            component.stop()
+        self._components.clear()
         terminate(self._processes)
         self._processes.clear()
+
+    def add(self, component: PlaneComponent) -> None:
+        """Start `component` on this plane; return once it is ready. It stops with the plane
+        (before the plane's own processes), or with `remove`; one that fails to start is
+        stopped with the plane as well."""
+        self._components.append(component)
+        component.start(self)
+
+    def remove(self, component: PlaneComponent) -> None:
+        """Stop `component` and forget it; the plane runs on."""
+        try:
+            component.stop()
+        finally:
+            if component in self._components:
+                self._components.remove(component)
 
     def pids(self) -> list[int]:
         return [process.popen.pid for process in self._processes]
@@ -181,11 +202,13 @@ class ControlPlane:
         if not self._stopped_apiserver:
             raise ControlPlaneError("start_apiserver: the API server was not stopped")
         binary, *args = self._stopped_apiserver
-        process = self._start(Path(binary).name, args)
+        process = self.start_process(Path(binary).name, args)
         self._stopped_apiserver = []
         token = (self.workdir / "pki" / "tokens.csv").read_text().split(",", 1)[0]
         ca = self.workdir / "pki" / "apiserver.crt"
-        self._wait(process, "/readyz", lambda: http_ok(f"{self.server}/readyz", ca=ca, token=token))
+        self.wait_ready(
+            process, "/readyz", lambda: http_ok(f"{self.server}/readyz", ca=ca, token=token)
+        )
 
     def stop_operator(self) -> None:
         """Stop the training operator: PyTorchJobs are stored, nothing creates their pods."""
@@ -206,9 +229,9 @@ class ControlPlane:
         self._processes.remove(process)
         return [str(arg) for arg in process.popen.args]
 
-    # -- components -----------------------------------------------------------------------------
+    # -- what a component uses (cluster/plane_component.py's Plane) -----------------------------
 
-    def _start(
+    def start_process(
         self,
         name: str,
         args: list[str],
@@ -216,19 +239,34 @@ class ControlPlane:
         wrapper: list[str] | None = None,
         command: list[str] | None = None,
     ) -> PlaneProcess:
-        """Start NAME from the bin directory (or `command`, e.g. a Python module) with `args`."""
+        """Start NAME from the bin directory (or `command`, e.g. a Python module) with `args`;
+        it stops with the plane."""
         argv = [*(wrapper or []), *(command or [str(self.bin_dir / name)]), *args]
         process = launch(name, argv, workdir=self.workdir, env=env)
         self._processes.append(process)
         return process
 
-    def _wait(self, process: PlaneProcess, what: str, ready: Callable[[], bool]) -> None:
+    def wait_ready(self, process: PlaneProcess, what: str, ready: Callable[[], bool]) -> None:
+        """Return once `ready()`; fail naming `process` if it exits first or never gets there."""
         wait_for(process, what, ready)
+
+    @staticmethod
+    def poll(what: str, ready: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
+        """Return once `ready()` (its exceptions count as not yet); fail after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.3)
+        raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    # -- the plane's own processes --------------------------------------------------------------
 
     def _start_etcd(self) -> str:
         client, peer = free_port(), free_port()
         url = f"http://127.0.0.1:{client}"
-        process = self._start(
+        process = self.start_process(
             "etcd",
             [
                 f"--data-dir={self.workdir / 'etcd'}",
@@ -242,7 +280,7 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        self._wait(process, "health", lambda: http_ok(f"{url}/health"))
+        self.wait_ready(process, "health", lambda: http_ok(f"{url}/health"))
         return url
 
     def _start_apiserver(self, etcd_url: str, token: str) -> None:
@@ -259,7 +297,7 @@ class ControlPlane:
         tokens.write_text(f'{token},admin,admin,"system:masters"\n')
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
-        process = self._start(
+        process = self.start_process(
             "kube-apiserver",
             [
                 f"--etcd-servers={etcd_url}",
@@ -291,7 +329,7 @@ class ControlPlane:
             ],
         )
         ca = pki / "apiserver.crt"
-        self._wait(
+        self.wait_ready(
             process,
             "/readyz",
             lambda: ca.exists() and http_ok(f"{self.server}/readyz", ca=ca, token=token),
@@ -303,22 +341,22 @@ class ControlPlane:
 
     @property
     def egress_socket(self) -> Path:
-        """The API server's way to nodes and pods (tools/cluster/node_network.py's egress proxy)."""
+        """The API server's way to nodes and pods (cluster/node_network.py's egress proxy)."""
         return self.workdir / "egress.sock"
 
     def _start_egress_proxy(self) -> None:
         sock = self.egress_socket
-        process = self._start(
+        process = self.start_process(
             "egress-proxy",
             [
                 f"--socket={sock}",
                 f"--netns={NodeNamespaces(self.real_node_dir / 'ns').net}",
                 f"--node-network={NODE_NETWORK}",
             ],
-            command=[sys.executable, "-m", "tools.cluster.node_network", "egress-proxy"],
+            command=[sys.executable, "-m", "cluster.node_network", "egress-proxy"],
             env={"PYTHONPATH": str(REPO_ROOT)},
         )
-        self._wait(process, "its socket", sock.exists)
+        self.wait_ready(process, "its socket", sock.exists)
 
     def _egress_selector_config(self) -> Path:
         path = self.workdir / "egress-selector.yaml"
@@ -349,18 +387,15 @@ class ControlPlane:
         cgroup: str | None = None,
         registry_dir: Path | None = None,
     ) -> Iterator[RealNode]:
-        """A node with a kubelet, containerd and cluster DNS (tools/cluster/real_node.py), and the
+        """A node with a kubelet, containerd and cluster DNS (cluster/real_node.py), and the
         authenticated registry it pulls from (on `registry_port`, else a free one); stopped on
         exit (or with the plane). `exclusive`: only pods of its own namespace land there (the
         suite's kwok scenarios stay on the fake nodes); otherwise every pod does. `cgroup`: the
         name of its cgroup root (default: a random one); `registry_dir`: where the registry keeps
         its images, kept after the node stops (default: the node's own, removed with it)."""
-        from tools.cluster.real_node import RealNode
-
         if self._real_node is not None:
             raise ControlPlaneError("this control plane already has a real node")
         node = RealNode(
-            self,
             self.real_node_dir,
             registry_user,
             registry_password,
@@ -371,10 +406,10 @@ class ControlPlane:
         )
         self._real_node = node
         try:
-            node.start()
+            self.add(node)
             yield node
         finally:
-            node.stop()
+            self.remove(node)
             self._real_node = None
 
     def _write_kubeconfig(self, token: str) -> None:
@@ -396,9 +431,10 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
-    def _component_args(self) -> list[str]:
-        """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for
-        everything, one instance (no leader election), their own HTTPS port on loopback."""
+    def component_args(self) -> list[str]:
+        """What kube-controller-manager and kube-scheduler share (the real node's
+        kube-controller-manager too): the admin kubeconfig for everything, one instance (no leader
+        election), their own HTTPS port on loopback."""
         return [
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
@@ -410,7 +446,7 @@ class ControlPlane:
 
     def _controller_manager_args(self) -> list[str]:
         return [
-            *self._component_args(),
+            *self.component_args(),
             f"--service-account-private-key-file={self._service_account_key}",
             f"--root-ca-file={self.workdir / 'pki' / 'apiserver.crt'}",
             "--use-service-account-credentials=false",
@@ -429,11 +465,11 @@ class ControlPlane:
         return self.workdir / "webhook-certs" if _private_mounts() else WEBHOOK_CERT_DIR
 
     def add_kueue(self) -> None:
-        """Kueue on this plane, unless it runs already (tools/cluster/kueue_plane.py); needs
+        """Kueue on this plane, unless it runs already (cluster/kueue_plane.py); needs
         private_mounts. Not part of start(): most of the plane's users never queue, and a job
         that names no queue runs the same without it."""
         if not self.kueue:
-            start_kueue(self)
+            self.add(Kueue())
             self.kueue = True
 
     @property
@@ -456,7 +492,7 @@ class ControlPlane:
         wrapper = None
         if _private_mounts():
             wrapper = self.private_dir_wrapper(WEBHOOK_CERT_DIR, self.webhook_cert_dir)
-        process = self._start(
+        process = self.start_process(
             "training-operator",
             [
                 f"--kubeconfig={self.kubeconfig}",
@@ -469,8 +505,8 @@ class ControlPlane:
             env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
             wrapper=wrapper,
         )
-        self._wait(process, "its webhook certificate", self._mount_webhook_certificate)
-        self._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"))
+        self.wait_ready(process, "its webhook certificate", self._mount_webhook_certificate)
+        self.wait_ready(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"))
 
     def _init_container_image_args(self) -> list[str]:
         """The operator's init container (in every worker pod: it waits until the master's name
@@ -508,7 +544,7 @@ class ControlPlane:
         server = free_port()
         stages = sorted((self.bin_dir.parent / "kwok-stages").glob("*.yaml"))
         stages += sorted(PROJECT_STAGES.glob("*.yaml"))
-        process = self._start(
+        process = self.start_process(
             "kwok",
             [
                 *(f"--config={stage}" for stage in stages),
@@ -521,7 +557,7 @@ class ControlPlane:
                 "--cidr=127.1.0.1/16",
             ],
         )
-        self._wait(process, "/healthz", lambda: http_ok(f"http://127.0.0.1:{server}/healthz"))
+        self.wait_ready(process, "/healthz", lambda: http_ok(f"http://127.0.0.1:{server}/healthz"))
 
     # -- objects --------------------------------------------------------------------------------
 
@@ -537,7 +573,7 @@ class ControlPlane:
         api = self.api()
         utils.create_from_yaml(api, str(self.crd))
         extensions = client.ApiextensionsV1Api(api)
-        self._poll(
+        self.poll(
             "the PyTorchJob CRD to be established",
             lambda: any(
                 condition.type == "Established" and condition.status == "True"
@@ -579,7 +615,7 @@ class ControlPlane:
                     "status": {"allocatable": NODE_CAPACITY, "capacity": NODE_CAPACITY},
                 }
             )
-        self._poll(
+        self.poll(
             "kwok to mark the nodes Ready",
             lambda: all(
                 any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
@@ -592,16 +628,6 @@ class ControlPlane:
 
     def volume_path(self, pv_name: str) -> Path:
         return self.volumes_dir / pv_name.removeprefix("local-")
-
-    @staticmethod
-    def _poll(what: str, ready: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                if ready():
-                    return
-            time.sleep(0.3)
-        raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _private_mounts() -> bool:

@@ -1,8 +1,8 @@
-"""Kueue on the e2e control plane (tools/cluster/control_plane.py), with its admission webhooks
-served for real, and the queue objects (ResourceFlavor, ClusterQueue, LocalQueue) a cluster
-administrator creates.
+"""Kueue on the control plane (cluster/control_plane.py), with its admission webhooks served for
+real (`Kueue`, a component the plane runs: cluster/plane_component.py), and the queue objects
+(ResourceFlavor, ClusterQueue, LocalQueue) a cluster administrator creates.
 
-What Kueue's manifests install, done on loopback as for Trainer (tools/cluster/trainer_plane.py):
+What Kueue's manifests install, done on loopback as for Trainer (cluster/trainer_plane.py):
 its CRDs, its controller manager with the PyTorchJob and TrainJob integrations and
 `waitForPodsReady` (all-or-nothing admission: a job's pods must all be ready before the next job
 is admitted, and a job whose pods are not within the timeout is evicted and queued again), and
@@ -28,24 +28,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from components.conditions import is_true
-from components.queue_state import KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUE_PLURAL
-from tools.cluster.processes import http_ok
-from tools.cluster.trainer_plane import (
+from cluster.plane_component import Plane, PlaneComponent
+from cluster.processes import http_ok
+from cluster.trainer_plane import (
     apply_webhooks,
     install_cert,
     serving_certificate,
     wait_established,
     webhook_configurations,
 )
-from tools.ports import free_port
-
-if TYPE_CHECKING:
-    from tools.cluster.control_plane import ControlPlane
+from components.conditions import is_true
+from components.queue_state import KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUE_PLURAL
+from machine.ports import free_port
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_CRDS = (
@@ -88,51 +86,56 @@ def kueue_configuration(port: int, probe: int, cert_dir: Path) -> dict[str, Any]
     }
 
 
-def start_kueue(plane: ControlPlane) -> None:
-    """Kueue (the plane's tool set: bin/kueue, its manifests beside bin/) with its CRDs and
-    webhooks, and the ResourceFlavor every ClusterQueue here uses."""
-    from kubernetes import client, utils
+class Kueue(PlaneComponent):
+    """Kueue, a component of the plane that `ControlPlane.add_kueue` starts."""
 
-    if not plane.private_mounts:
-        raise RuntimeError(
-            "Kueue runs on this control plane only as root (util-linux's unshare gives it the "
-            f"mount namespace that binds its certificates at {METRICS_CERT_DIR})"
+    name = "Kueue"
+
+    def start(self, plane: Plane) -> None:
+        """Kueue (the plane's tool set: bin/kueue, its manifests beside bin/) with its CRDs and
+        webhooks, and the ResourceFlavor every ClusterQueue here uses."""
+        from kubernetes import client, utils
+
+        if not plane.private_mounts:
+            raise RuntimeError(
+                "Kueue runs on this control plane only as root (util-linux's unshare gives it the "
+                f"mount namespace that binds its certificates at {METRICS_CERT_DIR})"
+            )
+        share = plane.bin_dir.parent
+        api = plane.api()
+        for crd in sorted((share / "kueue-crds").glob("*.yaml")):
+            utils.create_from_yaml(api, str(crd))
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
+        wait_established(plane, KUEUE_CRDS)
+        cert, key, ca = serving_certificate(plane.workdir / "kueue-pki")
+        certs = plane.workdir / "kueue-certs"
+        install_cert(cert, key, certs)
+        port, probe = free_port(), free_port()
+        config = plane.workdir / "kueue-config.yaml"
+        config.write_text(yaml.safe_dump(kueue_configuration(port, probe, certs)))
+        process = plane.start_process(
+            "kueue",
+            [f"--config={config}"],
+            command=[str(plane.bin_dir / "kueue")],
+            env={"KUBECONFIG": str(plane.kubeconfig)},
+            wrapper=plane.private_dir_wrapper(METRICS_CERT_DIR, certs),
         )
-    share = plane.bin_dir.parent
-    api = plane.api()
-    for crd in sorted((share / "kueue-crds").glob("*.yaml")):
-        utils.create_from_yaml(api, str(crd))
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
-    wait_established(plane, KUEUE_CRDS)
-    cert, key, ca = serving_certificate(plane.workdir / "kueue-pki")
-    certs = plane.workdir / "kueue-certs"
-    install_cert(cert, key, certs)
-    port, probe = free_port(), free_port()
-    config = plane.workdir / "kueue-config.yaml"
-    config.write_text(yaml.safe_dump(kueue_configuration(port, probe, certs)))
-    process = plane._start(
-        "kueue",
-        [f"--config={config}"],
-        command=[str(plane.bin_dir / "kueue")],
-        env={"KUBECONFIG": str(plane.kubeconfig)},
-        wrapper=plane.private_dir_wrapper(METRICS_CERT_DIR, certs),
-    )
-    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"))
-    documents = webhook_configurations(
-        share / "kueue-webhooks" / "manifests.yaml", port, ca, prefix="kueue"
-    )
-    for document in documents:
-        document["webhooks"] = [
-            webhook
-            for webhook in document["webhooks"]
-            if any(part in webhook["clientConfig"]["url"] for part in WEBHOOK_PATH_PARTS)
-        ]
-    apply_webhooks(plane, documents)
-    # The flavor goes through Kueue's webhook just registered: retry until it is admitted.
-    plane._poll(
-        f"the ResourceFlavor {FLAVOR} to be admitted",
-        lambda: create_queue_object(api, resource_flavor(FLAVOR)),
-    )
+        plane.wait_ready(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"))
+        documents = webhook_configurations(
+            share / "kueue-webhooks" / "manifests.yaml", port, ca, prefix="kueue"
+        )
+        for document in documents:
+            document["webhooks"] = [
+                webhook
+                for webhook in document["webhooks"]
+                if any(part in webhook["clientConfig"]["url"] for part in WEBHOOK_PATH_PARTS)
+            ]
+        apply_webhooks(plane, documents)
+        # The flavor goes through Kueue's webhook just registered: retry until it is admitted.
+        plane.poll(
+            f"the ResourceFlavor {FLAVOR} to be admitted",
+            lambda: create_queue_object(api, resource_flavor(FLAVOR)),
+        )
 
 
 # -- the objects a cluster administrator creates -------------------------------------------------
@@ -235,7 +238,7 @@ NODE_QUEUE = "local"
 QUEUED_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 
-def create_node_queue(plane: ControlPlane, namespace: str) -> None:
+def create_node_queue(plane: Plane, namespace: str) -> None:
     """A ClusterQueue `local` whose quota is what the cluster's nodes can hold (their summed
     allocatable CPU, memory and GPUs), and the LocalQueue `local` in `namespace` that sends jobs
     to it: on one machine, the queue admits what fits and holds back the rest. Returns once Kueue
@@ -253,7 +256,7 @@ def create_node_queue(plane: ControlPlane, namespace: str) -> None:
     quota = {resource: str(int(amount)) for resource, amount in totals.items()}
     create_queue_object(api, cluster_queue(NODE_QUEUE, quota))
     create_queue_object(api, local_queue(namespace, NODE_QUEUE, NODE_QUEUE))
-    plane._poll(
+    plane.poll(
         f"Kueue to make the LocalQueue {NODE_QUEUE} active",
         lambda: node_queue_active(api, namespace),
     )

@@ -6,8 +6,9 @@ process in a new session of its own (`start_new_session=True` in torch.distribut
 a killed parent's children are re-parented. What every descendant does keep is its environment,
 so each replica carries a unique tag variable and `tagged` finds all its processes by it.
 
-This is the one place that walks the process table: the supervisor, the local runner and the
-tests that look for survivors all ask here, so "alive" means the same thing to each of them.
+This is the one place that walks the process table: the supervisor, the local runner, the
+one-machine cluster (its plane's processes, its sweep) and the tests that look for survivors all
+ask here, so "alive" means the same thing to each of them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tools.procs: signalling a replica's session reaches each of its processes exactly once."""
+"""machine.procs: signalling a replica's session reaches each of its processes exactly once."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from machine import procs
 from tests.support.waiting import wait_until
-from tools import procs
 
 # Counts the SIGTERMs it receives into a file; SIGUSR1 makes it exit. With --leave-group it
 # first moves into a process group of its own, as torchrun's workers do with their sessions.

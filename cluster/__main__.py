@@ -1,4 +1,4 @@
-"""`python -m tools.cluster up|status|down|env|run`: the one-machine cluster (tools/cluster/
+"""`python -m cluster up|status|down|env|run`: the one-machine cluster (cluster/
 service.py) as `make cluster`, `make cluster-status` and `make cluster-down` run it.
 
     up       start it in the background unless it runs; print what to export to use it
@@ -7,7 +7,7 @@ service.py) as `make cluster`, `make cluster-status` and `make cluster-down` run
     env      the export line for this shell (nothing while it is not running, exit 1)
     run -- CMD...   start it unless it runs, then CMD with its kubeconfig, Docker API and tools
                     (what `make up|preview|destroy` do for a stack of the cluster, one whose
-                    kubeContext is its context: tools/cluster/stacks.py); `--no-start`: exit 2
+                    kubeContext is its context: cluster/stacks.py); `--no-start`: exit 2
                     when it is not running, for `make status|checkpoint`; `--tools-only`: CMD
                     with only its tools on PATH, running or not, for `make config`
 
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tools.cluster.service import (
+from cluster.service import (
     REGISTRY_PORT,
     STATE_DIR,
     ClusterDir,
@@ -38,7 +38,7 @@ from tools.cluster.service import (
     up,
     with_tools,
 )
-from tools.cluster.stacks import CONTEXT
+from cluster.stacks import CONTEXT
 
 COMPONENTS = (
     "control plane (etcd, API server, controller manager, scheduler), training operator, "
@@ -48,7 +48,7 @@ COMPONENTS = (
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tools.cluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m cluster", description=__doc__)
     parser.add_argument(
         "--dir", type=Path, default=STATE_DIR, help="its state and logs (default: .cluster/)"
     )
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
             if not command:
-                print("usage: python -m tools.cluster run -- CMD [ARGS...]", file=sys.stderr)
+                print("usage: python -m cluster run -- CMD [ARGS...]", file=sys.stderr)
                 return 2
             if args.tools_only:
                 environment = with_tools(dict(os.environ), ensure_tools())

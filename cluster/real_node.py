@@ -7,9 +7,9 @@ pull with the stack's Secret, the master found through its Service, checkpoints 
 restarts) that need the real thing; there it is `exclusive`: only its own namespace's pods land
 on it. `ControlPlane.real_node()` starts, and always tears down:
 
-- the registry: tools/cluster/local-registry.sh with htpasswd authentication, on this machine's
+- the registry: cluster/local-registry.sh with htpasswd authentication, on this machine's
   loopback;
-- the node's namespaces (tools/cluster/node_network.py: NodeNamespaces): a network namespace
+- the node's namespaces (cluster/node_network.py: NodeNamespaces): a network namespace
   holding the pods' bridge and every pod address, and a private mount namespace in which fresh
   tmpfs cover the fixed paths kubelet, containerd and the CNI plugins write to (/run, /var/lib,
   /var/log), and the kernel settings the kubelet insists on are files of its own: nothing of the
@@ -36,7 +36,7 @@ on it. `ControlPlane.real_node()` starts, and always tears down:
 
 Network: this machine's namespace gains nothing but loopback listeners. The node's processes
 and pods live in the node's namespace, which has no route beyond its bridge; the API server
-reaches the kubelet only through its egress proxy (tools/cluster/node_network.py).
+reaches the kubelet only through its egress proxy (cluster/node_network.py).
 """
 
 from __future__ import annotations
@@ -57,10 +57,9 @@ from typing import Any
 import psutil
 import yaml
 
-from components.settings import REPO_ROOT
-from tools.cluster.control_plane import ControlPlane
-from tools.cluster.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
-from tools.cluster.processes import (
+from cluster.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
+from cluster.plane_component import Plane, PlaneComponent
+from cluster.processes import (
     ControlPlaneError,
     PlaneProcess,
     http_ok,
@@ -68,8 +67,10 @@ from tools.cluster.processes import (
     terminate,
     wait_for,
 )
-from tools.cluster.stacks import CONTEXT
-from tools.ports import free_port
+from cluster.stacks import CONTEXT
+from components.settings import REPO_ROOT
+from machine import procs
+from machine.ports import free_port
 
 NODE_NAME = "real-node"
 NAMESPACE = "real-node"
@@ -117,8 +118,9 @@ class NodeRegistry:
     password: str
 
 
-class RealNode:
-    """Start with `ControlPlane.real_node(...)`; every path and process lives under `directory`."""
+class RealNode(PlaneComponent):
+    """A component of the plane (cluster/plane_component.py), started with
+    `ControlPlane.real_node(...)`; every path and process lives under `directory`."""
 
     name = NODE_NAME
     namespace = NAMESPACE
@@ -126,7 +128,6 @@ class RealNode:
 
     def __init__(
         self,
-        plane: ControlPlane,
         directory: Path,
         registry_user: str,
         registry_password: str,
@@ -136,7 +137,7 @@ class RealNode:
         cgroup: str | None = None,
         registry_dir: Path | None = None,
     ) -> None:
-        self.plane = plane
+        self._plane: Plane | None = None
         self.directory = directory
         self.exclusive = exclusive
         # A registry directory of the caller's keeps its images after stop (the one-machine
@@ -152,9 +153,17 @@ class RealNode:
         self._processes: list[PlaneProcess] = []
         self._started = False
 
+    @property
+    def plane(self) -> Plane:
+        """The plane the node runs on (given to start)."""
+        if self._plane is None:
+            raise ControlPlaneError("the real node has not been started on a plane")
+        return self._plane
+
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, plane: Plane) -> None:
+        self._plane = plane
         problem = unsupported()
         if problem is not None:
             raise ControlPlaneError(f"a real node needs {problem}")
@@ -280,7 +289,7 @@ class RealNode:
         process = self._start(
             "node-relay",
             [
-                *(sys.executable, "-m", "tools.cluster.node_network", "relay"),
+                *(sys.executable, "-m", "cluster.node_network", "relay"),
                 f"--netns={self.namespaces.net}",
                 *(f"--port={port}" for port in ports),
             ],
@@ -294,7 +303,7 @@ class RealNode:
         process = self._start(
             f"pod-relay-{port}",
             [
-                *(sys.executable, "-m", "tools.cluster.node_network", "relay"),
+                *(sys.executable, "-m", "cluster.node_network", "relay"),
                 f"--netns={self.namespaces.net}",
                 f"--node-port={port}",
             ],
@@ -508,7 +517,7 @@ disabled_plugins = [
             "kube-controller-manager-endpointslices",
             [
                 str(self.plane.bin_dir / "kube-controller-manager"),
-                *self.plane._component_args(),
+                *self.plane.component_args(),
                 "--controllers=endpointslice-controller",
             ],
         )
@@ -636,8 +645,6 @@ disabled_plugins = [
 
     def _node_processes(self) -> list[int]:
         """Shims (which inherit containerd's tag) and whatever runs in the node's cgroups."""
-        from tools import procs
-
         return sorted({*procs.tagged(NODE_TAG, self._tag), *cgroup_members(self.cgroup)})
 
     def _kill_leftover_processes(self) -> None:

@@ -2,9 +2,9 @@
 the cluster's kubeconfig, whatever its name (`local`, a copy of it for your own code, the
 digits example's `digits-local`). For those, `make preview|up|destroy|status|checkpoint|config`
 run with the cluster's kubeconfig, Docker API, tools and registry password, starting it when
-needed (`python -m tools.cluster run`); other stacks run with the user's own.
+needed (`python -m cluster run`); other stacks run with the user's own.
 
-    python3 -m tools.cluster.stacks STACK [--registry-port PORT]
+    python3 -m cluster.stacks STACK [--registry-port PORT]
 
 prints `cluster` for a stack of the cluster and nothing for another; for another stack that
 names the cluster's registry (`127.0.0.1:PORT`, e.g. a copy of Pulumi.local.yaml whose
@@ -16,7 +16,7 @@ Standard library only: `make` asks this with the system's `python3` before any v
 environment exists, to know whether preview, up and destroy need a Pulumi CLI of the user's own
 (the cluster brings one). A Pulumi stack file keeps each key of the project as one
 `<project>:<key>:` entry under `config:`, so the key's line is found without a YAML parser;
-tests/tools/cluster/test_stacks.py holds it to the program's own reading of every stack file.
+tests/cluster/test_stacks.py holds it to the program's own reading of every stack file.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 # The kubeconfig's context (and cluster) name of the one-machine cluster.
 CONTEXT = "pytorch-distributed-local"
 DEFAULT_REGISTRY_PORT = 5000
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # `  pytorch-distributed:kubeContext: NAME`, the value plain or quoted, a comment after it.
 KUBE_CONTEXT = re.compile(
     r"""^\s+pytorch-distributed:kubeContext:\s*(?:"([^"]*)"|'([^']*)'|([^\s#'"]+))\s*(?:\#.*)?$""",
@@ -96,7 +96,7 @@ def notice_of(stack: str, text: str, port: int) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m tools.cluster.stacks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python3 -m cluster.stacks", description=__doc__)
     parser.add_argument("stack")
     parser.add_argument("--registry-port", type=int, default=DEFAULT_REGISTRY_PORT)
     parser.add_argument("--dir", type=Path, default=ROOT, help="where the stack files are")

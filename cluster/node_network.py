@@ -1,6 +1,6 @@
 """The crossings between this machine's network namespace and the real node's.
 
-The real node (tools/cluster/real_node.py) keeps its bridge, its pods' addresses and every packet
+The real node (cluster/real_node.py) keeps its bridge, its pods' addresses and every packet
 they send inside a network namespace the fixture creates; this machine's own namespace keeps nothing
 but loopback. Three kinds of connection must cross, and each does so here without any address
 outside 127.0.0.0/8 appearing in this machine's namespace:
@@ -16,8 +16,8 @@ outside 127.0.0.0/8 appearing in this machine's namespace:
   server therefore never dials anything itself, with or without a real node.
 - `entered_netns`: a short block of this process runs in the node's namespace (readiness checks).
 
-    python -m tools.cluster.node_network relay --netns PATH --port 6443 [--node-port 9000 ...]
-    python -m tools.cluster.node_network egress-proxy --socket PATH --netns PATH --node-network CIDR
+    python -m cluster.node_network relay --netns PATH --port 6443 [--node-port 9000 ...]
+    python -m cluster.node_network egress-proxy --socket PATH --netns PATH --node-network CIDR
 """
 
 from __future__ import annotations
@@ -257,9 +257,7 @@ class EgressProxy:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.cluster.node_network", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m cluster.node_network", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     relay_args = commands.add_parser("relay", help="node loopback ports to this machine's")
     relay_args.add_argument("--netns", type=Path, required=True, help="the node's namespace file")

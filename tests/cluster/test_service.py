@@ -1,4 +1,4 @@
-"""tools/cluster/service.py and `python -m tools.cluster` without starting a cluster: where its
+"""cluster/service.py and `python -m cluster` without starting a cluster: where its
 state lives, what a command run on it gets, what it says when it is not running or cannot run
 here, the providers it installs. The cluster itself, started and stopped:
 tests/e2e/test_cluster.py."""
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster import __main__ as cli
+from cluster import service
+from cluster.service import ClusterDir, Running, install_providers, provider_versions
 from tests.conftest import REPO_ROOT
-from tools.cluster import __main__ as cli
-from tools.cluster import service
-from tools.cluster.service import ClusterDir, Running, install_providers, provider_versions
 
 RUNNING = Running(
     supervisor=4242,

@@ -1,11 +1,11 @@
 """The one-machine cluster for users, in the background: `make cluster`, `make cluster-status`,
-`make cluster-down` (`python -m tools.cluster up|status|down|env|run`).
+`make cluster-down` (`python -m cluster up|status|down|env|run`).
 
-What runs: the control plane (tools/cluster/control_plane.py: etcd, the API server, controller
+What runs: the control plane (cluster/control_plane.py: etcd, the API server, controller
 manager and scheduler, the training operator, Kubeflow Trainer v2 with JobSet), a real node
-(tools/cluster/real_node.py: kubelet, containerd, CNI, CoreDNS) on which every pod runs, the
+(cluster/real_node.py: kubelet, containerd, CNI, CoreDNS) on which every pod runs, the
 registry it pulls from (htpasswd authentication, user `local-robot`, 127.0.0.1:5000), and podman's
-Docker-compatible API for image builds (tools/cluster/docker_api.py). The binaries are the ones
+Docker-compatible API for image builds (cluster/docker_api.py). The binaries are the ones
 scripts/e2e-tools.sh builds once into ~/.cache/pytorch-distributed/e2e (the e2e suite's: one
 build serves both); the image builds start from the stand-in base image scripts/build-base-image.sh
 puts in podman's store, tagged `localhost/pytorch-distributed-base:local` (Pulumi.local.yaml's).
@@ -14,7 +14,7 @@ Where: one directory of the clone, `.cluster/` (git-ignored): the supervisor's p
 (`cluster.log`), every component's log and state (`plane/`), the kubeconfig, the registry's
 password (mode 0600, kept across restarts: the stack keeps it as its secret), the Docker API's
 socket and `ready.json`, which says what is up. `up` starts a supervisor (`python -m
-tools.cluster serve`) in a session of its own, so the cluster outlives the shell and the `make`
+cluster serve`) in a session of its own, so the cluster outlives the shell and the `make`
 that started it, and returns once everything answers; a second `up` says it is up. `down` sends
 the supervisor SIGTERM, which stops everything newest first, then sweeps what a killed
 supervisor would leave (every process of the cluster carries `PD_CLUSTER=<id>` in its
@@ -46,14 +46,14 @@ from pathlib import Path
 
 import psutil
 
+from cluster import docker_api
+from cluster.control_plane import TOOLS_SCRIPT, ControlPlane, build_tools
+from cluster.kueue_plane import NODE_QUEUE, create_node_queue, node_queue_active
+from cluster.node_network import NodeNamespaces
+from cluster.processes import ControlPlaneError, launch, terminate, wait_for
+from cluster.real_node import cgroup_dirs, cgroup_members, remove_cgroup, unsupported
 from components.settings import REPO_ROOT, load_stack_file
-from tools import procs
-from tools.cluster import docker_api
-from tools.cluster.control_plane import TOOLS_SCRIPT, ControlPlane, build_tools
-from tools.cluster.kueue_plane import NODE_QUEUE, create_node_queue, node_queue_active
-from tools.cluster.node_network import NodeNamespaces
-from tools.cluster.processes import ControlPlaneError, launch, terminate, wait_for
-from tools.cluster.real_node import cgroup_dirs, cgroup_members, remove_cgroup, unsupported
+from machine import procs
 
 STATE_DIR = REPO_ROOT / ".cluster"
 # Pulumi.local.yaml names the registry (image.repository, registry.server) and its user.
@@ -339,7 +339,7 @@ def up(directory: ClusterDir, registry_port: int = REGISTRY_PORT) -> tuple[Runni
 
 class PortTakenError(ClusterError):
     """A component found the port chosen for it taken when it came to bind it: something
-    outside the project's port ledger (tools/ports.py) took it meanwhile. Fresh ports fix it."""
+    outside the project's port ledger (machine/ports.py) took it meanwhile. Fresh ports fix it."""
 
 
 # What a component that could not bind its port logs (Go's net package, Python's socket).
@@ -360,7 +360,7 @@ def start_supervisor(directory: ClusterDir, registry_port: int) -> Running:
     with directory.log.open("wb") as log:
         supervisor = subprocess.Popen(
             [
-                *(sys.executable, "-m", "tools.cluster", "--dir", str(directory.path)),
+                *(sys.executable, "-m", "cluster", "--dir", str(directory.path)),
                 *("serve", "--registry-port", str(registry_port)),
             ],
             cwd=REPO_ROOT,
@@ -546,8 +546,8 @@ def checks(current: Running) -> list[tuple[str, bool]]:
     """Each part of a running cluster and whether it answers."""
     from kubernetes import client, config
 
-    from tools.cluster.processes import http_ok
-    from tools.cluster.real_node import NODE_NAME
+    from cluster.processes import http_ok
+    from cluster.real_node import NODE_NAME
 
     def api_ready() -> bool:
         api = config.new_client_from_config(config_file=current.kubeconfig)

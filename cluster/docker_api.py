@@ -1,6 +1,6 @@
 """podman's Docker-compatible API (`podman system service`) on a unix socket: the Docker Engine
 API that the stack's Docker provider builds and pushes through (DOCKER_HOST), for a machine
-without Docker Engine. The one-machine cluster (tools/cluster/service.py) serves it at
+without Docker Engine. The one-machine cluster (cluster/service.py) serves it at
 `.cluster/podman.sock`; the image and e2e suites start their own (tests/containers.py).
 
 podman runs with this project's configuration (tools/containers/*.conf, the OCI runtime of
@@ -18,17 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.settings import REPO_ROOT
-from tools import procs
-from tools.local_backends import container as container_backend
-from tools.pulumi_run import engine_answers
+from machine import procs
+from machine.containers import DEFAULT_RUNTIME, DEFAULTS, engine_environment
+from machine.engine_api import engine_answers
 
 START_TIMEOUT_S = 60.0
 
 
 def podman() -> list[str]:
     """podman with the project's OCI runtime (CONTAINER_RUNTIME, else defaults.env's)."""
-    runtime = os.environ.get("CONTAINER_RUNTIME", container_backend.DEFAULT_RUNTIME)
-    return container_backend.Engine("podman", runtime or None).argv
+    runtime = os.environ.get("CONTAINER_RUNTIME", DEFAULT_RUNTIME)
+    return ["podman", "--runtime", runtime] if runtime else ["podman"]
 
 
 def argv(sock: Path) -> list[str]:
@@ -39,7 +39,7 @@ def argv(sock: Path) -> list[str]:
 def environment(registries_conf: Path | None = None) -> dict[str, str]:
     """podman's environment: the project's containers.conf and registries.conf (or the given
     registries.conf)."""
-    env = container_backend.engine_environment(os.environ, REPO_ROOT)
+    env = engine_environment(os.environ, REPO_ROOT)
     if registries_conf is not None:
         env["CONTAINERS_REGISTRIES_CONF"] = str(registries_conf)
     return env
@@ -47,7 +47,7 @@ def environment(registries_conf: Path | None = None) -> dict[str, str]:
 
 def registries_conf(path: Path, *insecure: str) -> Path:
     """The project's registries.conf plus `insecure` (host:port, plain HTTP), written to `path`."""
-    project_conf = REPO_ROOT / container_backend.DEFAULTS["CONTAINERS_REGISTRIES_CONF_FILE"]
+    project_conf = REPO_ROOT / DEFAULTS["CONTAINERS_REGISTRIES_CONF_FILE"]
     extra = "".join(
         f'\n[[registry]]\nlocation = "{address}"\ninsecure = true\n' for address in insecure
     )

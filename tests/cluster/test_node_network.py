@@ -1,4 +1,4 @@
-"""tools/cluster/node_network.py: the API server's egress proxy reaches loopback and the real node's
+"""cluster/node_network.py: the API server's egress proxy reaches loopback and the real node's
 network and refuses every other address; the relay carries the node's loopback ports to this
 machine's; the node's namespace routes nowhere but its bridge. The namespace tests need root
 (mounts, namespaces), as the real node does."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cluster.node_network import (
+from cluster.node_network import (
     BRIDGE,
     NODE_IP,
     NODE_NETWORK,

@@ -1,11 +1,10 @@
-"""The configuration and queue objects tools/cluster/kueue_plane.py gives Kueue."""
+"""The configuration and queue objects cluster/kueue_plane.py gives Kueue."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from components.queue_state import KUEUE_GROUP, KUEUE_VERSION
-from tools.cluster.kueue_plane import (
+from cluster.kueue_plane import (
     FLAVOR,
     INTEGRATIONS,
     cluster_queue,
@@ -13,6 +12,7 @@ from tools.cluster.kueue_plane import (
     local_queue,
     workload_priority_class,
 )
+from components.queue_state import KUEUE_GROUP, KUEUE_VERSION
 
 
 def test_kueue_admits_a_job_only_when_all_its_pods_can_be_ready(tmp_path: Path) -> None:

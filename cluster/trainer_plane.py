@@ -1,5 +1,6 @@
-"""Kubeflow Trainer v2 and JobSet on the e2e control plane (tools/cluster/control_plane.py), with
-their admission webhooks served for real.
+"""Kubeflow Trainer v2 and JobSet on the control plane (cluster/control_plane.py), with their
+admission webhooks served for real: `KubeflowTrainer`, a component the plane runs
+(cluster/plane_component.py).
 
 What their manifests install in a cluster, done on loopback: the CRDs (TrainJob, TrainingRuntime,
 ClusterTrainingRuntime; JobSet), the `torch-distributed` ClusterTrainingRuntime, the two
@@ -25,15 +26,13 @@ import copy
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from tools.cluster.processes import http_ok
-from tools.ports import free_port
-
-if TYPE_CHECKING:
-    from tools.cluster.control_plane import ControlPlane
+from cluster.plane_component import Plane, PlaneComponent
+from cluster.processes import http_ok
+from machine.ports import free_port
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
@@ -106,7 +105,7 @@ def webhook_configurations(
     return documents
 
 
-def wait_established(plane: ControlPlane, names: tuple[str, ...]) -> None:
+def wait_established(plane: Plane, names: tuple[str, ...]) -> None:
     from kubernetes import client
 
     extensions = client.ApiextensionsV1Api(plane.api())
@@ -118,10 +117,10 @@ def wait_established(plane: ControlPlane, names: tuple[str, ...]) -> None:
                 return False
         return True
 
-    plane._poll(f"the CRDs {', '.join(names)} to be established", ready)
+    plane.poll(f"the CRDs {', '.join(names)} to be established", ready)
 
 
-def apply_webhooks(plane: ControlPlane, documents: list[dict[str, Any]]) -> None:
+def apply_webhooks(plane: Plane, documents: list[dict[str, Any]]) -> None:
     from kubernetes import client
 
     admission = client.AdmissionregistrationV1Api(plane.api())
@@ -132,101 +131,114 @@ def apply_webhooks(plane: ControlPlane, documents: list[dict[str, Any]]) -> None
             admission.create_validating_webhook_configuration(document)
 
 
-def start_trainer(plane: ControlPlane) -> None:
-    """JobSet, then Trainer (which builds JobSets), each with its CRDs, webhooks and a readiness
-    wait; then the torch-distributed ClusterTrainingRuntime, through Trainer's webhook."""
-    from kubernetes import utils
+class KubeflowTrainer(PlaneComponent):
+    """Kubeflow Trainer v2 and JobSet, a component of every control plane (its start)."""
 
-    share = plane.bin_dir.parent
-    api = plane.api()
-    for crd in sorted((share / "jobset-crds").glob("*.yaml")):
-        utils.create_from_yaml(api, str(crd))
-    for crd in sorted((share / "trainer-crds").glob("*.yaml")):
-        utils.create_from_yaml(api, str(crd))
-    wait_established(plane, (JOBSET_CRD, *TRAINER_CRDS))
-    cert, key, ca = serving_certificate(plane.workdir / "webhook-pki")
+    name = "Kubeflow Trainer and JobSet"
 
-    # JobSet
-    jobset_port, jobset_probe = free_port(), free_port()
-    jobset_certs = plane.workdir / "jobset-certs"
-    install_cert(cert, key, jobset_certs)
-    jobset_config = plane.workdir / "jobset-config.yaml"
-    jobset_config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-                "kind": "Configuration",
-                "leaderElection": {"leaderElect": False},
-                "internalCertManagement": {"enable": False},
-                "webhook": {"port": jobset_port, "host": "127.0.0.1", "certDir": str(jobset_certs)},
-                "health": {"healthProbeBindAddress": f"127.0.0.1:{jobset_probe}"},
-                "metrics": {"bindAddress": "0"},
-            }
+    def start(self, plane: Plane) -> None:
+        """JobSet, then Trainer (which builds JobSets), each with its CRDs, webhooks and a readiness
+        wait; then the torch-distributed ClusterTrainingRuntime, through Trainer's webhook."""
+        from kubernetes import utils
+
+        share = plane.bin_dir.parent
+        api = plane.api()
+        for crd in sorted((share / "jobset-crds").glob("*.yaml")):
+            utils.create_from_yaml(api, str(crd))
+        for crd in sorted((share / "trainer-crds").glob("*.yaml")):
+            utils.create_from_yaml(api, str(crd))
+        wait_established(plane, (JOBSET_CRD, *TRAINER_CRDS))
+        cert, key, ca = serving_certificate(plane.workdir / "webhook-pki")
+
+        # JobSet
+        jobset_port, jobset_probe = free_port(), free_port()
+        jobset_certs = plane.workdir / "jobset-certs"
+        install_cert(cert, key, jobset_certs)
+        jobset_config = plane.workdir / "jobset-config.yaml"
+        jobset_config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+                    "kind": "Configuration",
+                    "leaderElection": {"leaderElect": False},
+                    "internalCertManagement": {"enable": False},
+                    "webhook": {
+                        "port": jobset_port,
+                        "host": "127.0.0.1",
+                        "certDir": str(jobset_certs),
+                    },
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{jobset_probe}"},
+                    "metrics": {"bindAddress": "0"},
+                }
+            )
         )
-    )
-    process = plane._start(
-        "jobset",
-        [
-            f"--kubeconfig={plane.kubeconfig}",
-            f"--config={jobset_config}",
-            "--metrics-bind-address=0",
-            f"--health-probe-bind-address=127.0.0.1:{jobset_probe}",
-        ],
-    )
-    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{jobset_probe}/readyz"))
-    webhooks = share / "jobset-webhooks"
-    apply_webhooks(
-        plane,
-        webhook_configurations(
-            webhooks / "manifests.yaml",
-            jobset_port,
-            ca,
-            prefix="jobset",
-            patches=sorted(webhooks.glob("*-patch.yaml")),
-        ),
-    )
-
-    # Trainer
-    trainer_port, trainer_probe = free_port(), free_port()
-    tmpdir = plane.workdir / "trainer-tmp"
-    install_cert(cert, key, tmpdir / "k8s-webhook-server" / "serving-certs")
-    trainer_config = plane.workdir / "trainer-config.yaml"
-    trainer_config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
-                "kind": "Configuration",
-                "leaderElection": {"leaderElect": False},
-                "certManagement": {"enable": False},
-                "webhook": {"port": trainer_port, "host": "127.0.0.1"},
-                "health": {"healthProbeBindAddress": f"127.0.0.1:{trainer_probe}"},
-                "metrics": {"bindAddress": "0"},
-                "statusServer": {"port": free_port()},
-            }
+        process = plane.start_process(
+            "jobset",
+            [
+                f"--kubeconfig={plane.kubeconfig}",
+                f"--config={jobset_config}",
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-address=127.0.0.1:{jobset_probe}",
+            ],
         )
-    )
-    process = plane._start(
-        "trainer-controller-manager",
-        [f"--kubeconfig={plane.kubeconfig}", f"--config={trainer_config}"],
-        env={"TMPDIR": str(tmpdir)},
-    )
-    plane._wait(process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{trainer_probe}/readyz"))
-    apply_webhooks(
-        plane,
-        webhook_configurations(
-            share / "trainer-webhooks" / "manifests.yaml", trainer_port, ca, prefix="trainer"
-        ),
-    )
-    # The runtime goes through the validating webhook just registered; the API server may take
-    # a moment to see the configuration, so retry until it is admitted.
-    runtime = share / "trainer-runtimes" / "torch_distributed.yaml"
-    plane._poll(
-        f"the {TORCH_RUNTIME} ClusterTrainingRuntime to be admitted",
-        lambda: _create_runtime(plane, runtime),
-    )
+        plane.wait_ready(
+            process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{jobset_probe}/readyz")
+        )
+        webhooks = share / "jobset-webhooks"
+        apply_webhooks(
+            plane,
+            webhook_configurations(
+                webhooks / "manifests.yaml",
+                jobset_port,
+                ca,
+                prefix="jobset",
+                patches=sorted(webhooks.glob("*-patch.yaml")),
+            ),
+        )
+
+        # Trainer
+        trainer_port, trainer_probe = free_port(), free_port()
+        tmpdir = plane.workdir / "trainer-tmp"
+        install_cert(cert, key, tmpdir / "k8s-webhook-server" / "serving-certs")
+        trainer_config = plane.workdir / "trainer-config.yaml"
+        trainer_config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+                    "kind": "Configuration",
+                    "leaderElection": {"leaderElect": False},
+                    "certManagement": {"enable": False},
+                    "webhook": {"port": trainer_port, "host": "127.0.0.1"},
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{trainer_probe}"},
+                    "metrics": {"bindAddress": "0"},
+                    "statusServer": {"port": free_port()},
+                }
+            )
+        )
+        process = plane.start_process(
+            "trainer-controller-manager",
+            [f"--kubeconfig={plane.kubeconfig}", f"--config={trainer_config}"],
+            env={"TMPDIR": str(tmpdir)},
+        )
+        plane.wait_ready(
+            process, "/readyz", lambda: http_ok(f"http://127.0.0.1:{trainer_probe}/readyz")
+        )
+        apply_webhooks(
+            plane,
+            webhook_configurations(
+                share / "trainer-webhooks" / "manifests.yaml", trainer_port, ca, prefix="trainer"
+            ),
+        )
+        # The runtime goes through the validating webhook just registered; the API server may take
+        # a moment to see the configuration, so retry until it is admitted.
+        runtime = share / "trainer-runtimes" / "torch_distributed.yaml"
+        plane.poll(
+            f"the {TORCH_RUNTIME} ClusterTrainingRuntime to be admitted",
+            lambda: _create_runtime(plane, runtime),
+        )
 
 
-def _create_runtime(plane: ControlPlane, path: Path) -> bool:
+def _create_runtime(plane: Plane, path: Path) -> bool:
     from kubernetes import client
     from kubernetes.client import ApiException
 

@@ -1,6 +1,6 @@
 """The processes a test plane starts (the control plane's components, the real node's daemons):
 each in a session of its own with its output in a log, waited on until ready, and torn down
-session by session. Shared by tools/cluster/control_plane.py and tools/cluster/real_node.py."""
+session by session. Shared by cluster/control_plane.py and cluster/real_node.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/cluster/stacks.py: which stacks run on the one-machine cluster (their kubeContext is its
+"""cluster/stacks.py: which stacks run on the one-machine cluster (their kubeContext is its
 context, whatever their name), read without a YAML parser and held here to the program's own
 reading of every stack file; the one line for a stack that names the cluster's registry on
 another context."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster import stacks
+from cluster.stacks import CONTEXT, kube_context, names_registry, on_cluster, registry_notice
 from components.settings import PROJECT, load_stack_file
 from tests.conftest import REPO_ROOT
-from tools.cluster import stacks
-from tools.cluster.stacks import CONTEXT, kube_context, names_registry, on_cluster, registry_notice
 
 STACK_DIRS = (REPO_ROOT, REPO_ROOT / "tests" / "e2e")
 
@@ -99,13 +99,13 @@ def test_only_a_value_names_the_registry() -> None:
 
 
 def test_the_command_make_asks(tmp_path: Path) -> None:
-    """`python3 -m tools.cluster.stacks`, with the interpreter alone (-S: no site-packages)."""
+    """`python3 -m cluster.stacks`, with the interpreter alone (-S: no site-packages)."""
     moved = (REPO_ROOT / "Pulumi.local.yaml").read_text().replace(CONTEXT, "kind-kind")
     (tmp_path / "Pulumi.moved.yaml").write_text(moved)
 
     def ask(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-S", "-E", "-m", "tools.cluster.stacks", *args],
+            [sys.executable, "-S", "-E", "-m", "cluster.stacks", *args],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,
