@@ -12,8 +12,8 @@ from __future__ import annotations
 import pulumi
 
 from components.interruption import stop_quietly_on_sigint
-from components.settings import load_args
 from components.training_environment import TrainingEnvironment
+from settings.stack import load_args
 
 stop_quietly_on_sigint()
 environment = TrainingEnvironment("training", load_args())

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from builders.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
 from cluster.kueue_plane import Kueue
 from cluster.node_network import NODE_NETWORK, NodeNamespaces
 from cluster.plane_component import PlaneComponent
@@ -49,10 +50,10 @@ from cluster.processes import (
 from cluster.real_node import RealNode
 from cluster.stacks import CONTEXT
 from cluster.trainer_plane import KubeflowTrainer
-from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
-from components.settings import REPO_ROOT
+from cluster.volumes import persistent_volume, storage_class
 from machine import procs
 from machine.ports import free_port
+from settings.stack import REPO_ROOT
 
 TOOLS_SCRIPT = REPO_ROOT / "scripts" / "e2e-tools.sh"
 OPERATOR_NAMESPACE = "kubeflow"
@@ -642,35 +643,12 @@ def create_hostpath_storage(api: Any, directory: Path, *, on_this_machine: bool 
     such as kind (`on_this_machine=False`: the node creates the directory)."""
     from kubernetes import client
 
-    client.StorageV1Api(api).create_storage_class(
-        {
-            "metadata": {
-                "name": STORAGE_CLASS,
-                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
-            },
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-            "reclaimPolicy": "Retain",
-        }
-    )
+    client.StorageV1Api(api).create_storage_class(storage_class(STORAGE_CLASS, default=True))
     core = client.CoreV1Api(api)
+    kind = "Directory" if on_this_machine else "DirectoryOrCreate"
     for index in range(PERSISTENT_VOLUMES):
         path = directory / f"pv-{index}"
         if on_this_machine:
             path.mkdir(parents=True, exist_ok=True)
-        core.create_persistent_volume(
-            {
-                "metadata": {"name": f"local-pv-{index}"},
-                "spec": {
-                    "capacity": {"storage": "20Ti"},
-                    "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": STORAGE_CLASS,
-                    "volumeMode": "Filesystem",
-                    "hostPath": {
-                        "path": str(path),
-                        "type": "Directory" if on_this_machine else "DirectoryOrCreate",
-                    },
-                },
-            }
-        )
+        source = {"hostPath": {"path": str(path), "type": kind}}
+        core.create_persistent_volume(persistent_volume(f"local-pv-{index}", STORAGE_CLASS, source))

@@ -17,10 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from components.settings import REPO_ROOT
 from machine import procs
 from machine.containers import DEFAULT_RUNTIME, DEFAULTS, engine_environment
 from machine.engine_api import engine_answers
+from settings.stack import REPO_ROOT
 
 START_TIMEOUT_S = 60.0
 

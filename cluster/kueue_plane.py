@@ -41,9 +41,9 @@ from cluster.trainer_plane import (
     wait_established,
     webhook_configurations,
 )
-from components.conditions import is_true
-from components.queue_state import KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUE_PLURAL
 from machine.ports import free_port
+from readers.conditions import is_true
+from readers.queue_state import KUEUE_GROUP, KUEUE_VERSION, LOCAL_QUEUE_PLURAL
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_CRDS = (

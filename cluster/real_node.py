@@ -68,9 +68,10 @@ from cluster.processes import (
     wait_for,
 )
 from cluster.stacks import CONTEXT
-from components.settings import REPO_ROOT
+from cluster.volumes import persistent_volume, storage_class
 from machine import procs
 from machine.ports import free_port
+from settings.stack import REPO_ROOT
 
 NODE_NAME = "real-node"
 NAMESPACE = "real-node"
@@ -473,43 +474,28 @@ disabled_plugins = [
 
         api = self.plane.api()
         core = client.CoreV1Api(api)
-        client.StorageV1Api(api).create_storage_class(
-            {
-                "metadata": {"name": STORAGE_CLASS},
-                "provisioner": "kubernetes.io/no-provisioner",
-                "volumeBindingMode": "Immediate",
-                "reclaimPolicy": "Retain",
+        client.StorageV1Api(api).create_storage_class(storage_class(STORAGE_CLASS))
+        on_this_node = {
+            "required": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "In",
+                                "values": [NODE_NAME],
+                            }
+                        ]
+                    }
+                ]
             }
-        )
+        }
         for index in range(PERSISTENT_VOLUMES):
             path = self.directory / "volumes" / f"pv-{index}"
             path.mkdir(parents=True)
+            source = {"local": {"path": str(path)}, "nodeAffinity": on_this_node}
             core.create_persistent_volume(
-                {
-                    "metadata": {"name": f"{STORAGE_CLASS}-pv-{index}"},
-                    "spec": {
-                        "capacity": {"storage": "20Ti"},
-                        "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": STORAGE_CLASS,
-                        "local": {"path": str(path)},
-                        "nodeAffinity": {
-                            "required": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": "kubernetes.io/hostname",
-                                                "operator": "In",
-                                                "values": [NODE_NAME],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        },
-                    },
-                }
+                persistent_volume(f"{STORAGE_CLASS}-pv-{index}", STORAGE_CLASS, source)
             )
 
     def _start_endpointslice_controller(self) -> None:

@@ -52,8 +52,8 @@ from cluster.kueue_plane import NODE_QUEUE, create_node_queue, node_queue_active
 from cluster.node_network import NodeNamespaces
 from cluster.processes import ControlPlaneError, launch, terminate, wait_for
 from cluster.real_node import cgroup_dirs, cgroup_members, remove_cgroup, unsupported
-from components.settings import REPO_ROOT, load_stack_file
 from machine import procs
+from settings.stack import REPO_ROOT, load_stack_file
 
 STATE_DIR = REPO_ROOT / ".cluster"
 # Pulumi.local.yaml names the registry (image.repository, registry.server) and its user.

@@ -7,9 +7,9 @@ the wait: a job that fails while `pulumi up` waits for Running or Succeeded hold
 timeout and ends in "timed out", without the operator's reason. And it evaluates the same
 condition after every update, so relabelling a finished job that never reached it hangs too. An
 after-create/after-update hook runs inside `pulumi up` once the provider has applied the job: it
-watches the job (components/job_watch.py) and returns when the wanted condition holds, or,
+watches the job (readers/job_watch.py) and returns when the wanted condition holds, or,
 within a second of the operator's Failed condition, with a report of what happened to each pod
-(components/job_state.py). Its messages are the job's diagnostics in the CLI's output; a failure
+(readers/job_state.py). Its messages are the job's diagnostics in the CLI's output; a failure
 fails the program as soon as the job's registration completes (`JobOutcome.checked`), so
 `pulumi up` exits non-zero with that report, while the job itself, which exists, stays recorded
 in the state.
@@ -18,7 +18,7 @@ What the hooks do, per `job.waitFor` (none and created register none):
 - after create (also the create of a replacement): wait until Running (`running`, Succeeded
   counts too) or Succeeded (`succeeded`); a job queued in Kueue (`job.queue`) is told as queued,
   with Kueue's reason, every 30 seconds until it is admitted, and fails at once when it can never
-  be (components/queue_state.py: its LocalQueue or ClusterQueue does not exist, or it asks for
+  be (readers/queue_state.py: its LocalQueue or ClusterQueue does not exist, or it asks for
   more than the whole quota); fail when the job fails first, or as soon as a pod's
   container cannot start (an image the node cannot pull with the stack's credential, a missing
   Secret: job_state.START_FAILURES), with the kubelet's message; `running` gives up after
@@ -43,10 +43,10 @@ from typing import Any, TypeVar
 
 import pulumi
 
-from components.job_state import JobState, Progress, failure_report, replica_line
-from components.job_watch import JobWatch, JobWatchError, WaitTimeoutError, api_errors
-from components.queue_state import queue_line
-from components.settings import RUNNING_TIMEOUT_SECONDS
+from readers.job_state import JobState, Progress, failure_report, replica_line
+from readers.job_watch import JobWatch, JobWatchError, WaitTimeoutError, api_errors
+from readers.queue_state import queue_line
+from settings.stack import RUNNING_TIMEOUT_SECONDS
 
 WAITING_MODES = ("running", "succeeded")
 T = TypeVar("T")

@@ -12,7 +12,7 @@ server's own reason in one line when a policy refuses it (`POLICY_REFUSALS`): `p
 in seconds, and no job is left behind.
 
 What it cannot see: what the controller adds to the pods (the training operator's init
-container, components/job_apis/pytorchjob.py), and the cluster's own ClusterTrainingRuntime
+container, builders/job_apis/pytorchjob.py), and the cluster's own ClusterTrainingRuntime
 (`job.clusterRuntime`), of which it knows only the stack's patch. It needs permission to create
 pods in the namespace (`make checkpoint` needs it too); without it, or when the API server cannot
 answer, the hook says so and lets the create go on: the check can only stop a job that would not
@@ -28,8 +28,8 @@ from typing import Any
 
 import pulumi
 
-from components.job_apis import JobApiError, api_of_kind
-from components.job_watch import JobWatchError, api_client, api_error_reason, api_errors
+from builders.job_apis import JobApiError, api_of_kind
+from readers.job_watch import JobWatchError, api_client, api_error_reason, api_errors
 
 # How a policy's refusal reads: Pod Security's, an admission webhook's (Kyverno, Gatekeeper), a
 # ValidatingAdmissionPolicy's. Such a refusal holds until the pods or the policy change; other

@@ -1,7 +1,7 @@
 """The before-create hook of a job whose operator would adopt what the previous job of the same
 name left running (a TrainJob: `JobApi.run_object`).
 
-Why: such a job is deleted in the background (see components/job_apis/trainjob.py for why not in
+Why: such a job is deleted in the background (see builders/job_apis/trainjob.py for why not in
 the foreground), so its delete returns at once and the garbage collector removes its JobSet, Jobs
 and pods after. The job's name is fixed; made again under it meanwhile (the replacement of a
 changed TrainJob, or `make up` right after `make destroy`), Trainer would apply its JobSet onto the
@@ -20,8 +20,8 @@ from typing import Any
 
 import pulumi
 
-from components.job_apis import api_of_kind
-from components.job_watch import JobWatchError, api_client, api_errors
+from builders.job_apis import api_of_kind
+from readers.job_watch import JobWatchError, api_client, api_errors
 
 # Well beyond the pods' grace period (TERMINATION_GRACE_SECONDS) and the garbage collector's pace.
 DRAIN_TIMEOUT_SECONDS = 10 * 60

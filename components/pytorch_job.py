@@ -12,121 +12,34 @@ Before the job is created, a hook asks the API server whether the namespace admi
 (components/pod_admission.py: a namespace that enforces Pod Security "restricted" refuses a
 `job.runAsRoot` job's pods) and fails `pulumi up` with the API server's reason when it does not.
 With `job.waitFor` running or succeeded, the job's resource hooks (components/job_outcome.py) keep
-`pulumi up` until the job runs or ends, and fail it when the job fails.
+`pulumi up` until the job runs or ends, and fail it when the job fails. All of that is the job's
+resource as every job API's component declares it (components/watched_job.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.job_apis import api_of_kind
-from components.job_outcome import WAITING_MODES, JobOutcome, WaitTarget
-from components.manifests import KUEUE_ADMISSION_LABELS
-from components.pod_admission import PodAdmission, PodAdmissionHook
-from components.previous_run import PreviousRun, PreviousRunHook
-from components.settings import JobSettings
-from components.stack_objects import StackObjects
-
-# What replaces the job instead of updating it: its spec, and the labels Kueue admitted it by.
-REPLACE_ON_CHANGES = ("spec", *(f'metadata.labels["{label}"]' for label in KUEUE_ADMISSION_LABELS))
-
-
-def watched_job(
-    name: str,
-    job: JobSettings,
-    manifest: Mapping[str, Any],
-    *,
-    kube_context: str | None,
-    depends_on: Sequence[pulumi.Resource],
-    parent: pulumi.Resource,
-    runtime: Mapping[str, Any] | None = None,
-) -> tuple[k8s.apiextensions.CustomResource, pulumi.Output[str]]:
-    """The job's custom resource, replaced (delete first) on any change of its spec, its pods'
-    admission checked before it is created (with `runtime`, the TrainingRuntime the stack
-    declares for it), and watched by the hooks `job.waitFor` asks for; and its name, known once
-    the hooks let it be (a failed job fails the program there). Shared by every job API's
-    component."""
-    metadata = manifest["metadata"]
-    admission = PodAdmission(
-        namespace=metadata["namespace"],
-        name=metadata["name"],
-        kind=manifest["kind"],
-        kube_context=kube_context,
-        runtime=runtime,
-    )
-    before_create: list[pulumi.ResourceHook] = [PodAdmissionHook(name, admission).hook]
-    if api_of_kind(manifest["kind"]).run_object is not None:
-        previous = PreviousRun(
-            namespace=metadata["namespace"],
-            name=metadata["name"],
-            kind=manifest["kind"],
-            kube_context=kube_context,
-        )
-        before_create.append(PreviousRunHook(name, previous).hook)
-    outcome = None
-    if job.wait_for in WAITING_MODES:
-        target = WaitTarget(
-            namespace=metadata["namespace"],
-            job=metadata["name"],
-            kube_context=kube_context,
-            wait_for=job.wait_for,
-            stack=pulumi.get_stack(),
-            kind=manifest["kind"],
-            running_timeout_seconds=job.running_timeout_seconds,
-        )
-        outcome = JobOutcome(name, target)
-    after = [] if outcome is None else [outcome.hook]
-    hooks = pulumi.ResourceHookBinding(
-        before_create=before_create, after_create=after, after_update=after
-    )
-    resource = k8s.apiextensions.CustomResource(
-        f"{name}-job",
-        api_version=manifest["apiVersion"],
-        kind=manifest["kind"],
-        metadata=metadata,
-        spec=manifest["spec"],
-        opts=pulumi.ResourceOptions(
-            parent=parent,
-            depends_on=list(depends_on),
-            replace_on_changes=list(REPLACE_ON_CHANGES),
-            delete_before_replace=True,
-            hooks=hooks,
-        ),
-    )
-    job_name = pulumi.Output.from_input(metadata["name"])
-    if outcome is not None:
-        # Known once the job is where job.waitFor wants it; a failed job fails the program.
-        job_name = resource.urn.apply(lambda _: outcome.checked(metadata["name"]))
-    return resource, job_name
+from components.watched_job import JobArgs, watched_job
 
 
 class PyTorchJob(pulumi.ComponentResource):
-    """One master that trains plus `nodes - 1` workers, with the checkpoint claim mounted (none
-    with s3).
-
-    `objects` are the stack's (`stack_objects`), the job among them; the Kubernetes provider
-    comes from the parent's `providers`, and `kube_context` is its context, which the hooks
-    watch the job through. Every job API's component takes these arguments (see
+    """One master that trains plus `nodes - 1` workers, with the checkpoint storage mounted
+    where it is a volume. Built from `JobArgs`, as every job API's component is (see
     components/training_environment.py `job_component`)."""
 
     job_name: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        job: JobSettings,
-        objects: StackObjects,
-        *,
-        kube_context: str | None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: JobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("pytorch-distributed:index:PyTorchJob", name, None, opts)
         self.job, self.job_name = watched_job(
-            name, job, objects.job, kube_context=kube_context, depends_on=depends_on, parent=self
+            name,
+            args.job,
+            args.objects.job,
+            kube_context=args.kube_context,
+            depends_on=args.depends_on,
+            parent=self,
         )
         self.register_outputs({"jobName": self.job_name})

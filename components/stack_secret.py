@@ -6,7 +6,7 @@ checkpoint storage's credentials), the last two read by the training container t
 
 Why Secrets the stack owns: a value in the pod spec (`env[].value`) is plain text in the job's
 manifest, in Pulumi's state and preview, in `make render` and to anyone who may read the job.
-Here each value travels as a secret Output from the stack's config (components/settings.py wraps
+Here each value travels as a secret Output from the stack's config (settings/stack.py wraps
 them; the pull secret's dockerconfigjson is assembled with Output.json_dumps inside an apply)
 into this one object's `data`, which Pulumi encrypts in state and masks in previews
 (`additional_secret_outputs`); the job only names the Secret and the key. `pulumi destroy`

@@ -1,5 +1,5 @@
 """TrainJob: Kubeflow Trainer v2's training job (trainer.kubeflow.org/v1alpha1) and the
-TrainingRuntime it runs on when the stack declares one (components/job_apis/trainjob.py).
+TrainingRuntime it runs on when the stack declares one (builders/job_apis/trainjob.py).
 
 Like a PyTorchJob, the TrainJob is replaced (deleted first, its name is fixed) on any change of
 its spec: Trainer makes `runtimeRef`, `trainer` and the runtime patches immutable, and a finished
@@ -8,42 +8,32 @@ change of restart policy creates a new runtime and, through `runtimeRef`, replac
 Pulumi deletes the old runtime last, once the TrainJob that used it is gone.
 
 With `job.waitFor` running or succeeded, the same resource hooks as a PyTorchJob's
-(components/job_outcome.py) keep `pulumi up` until the job runs or ends.
+(components/job_outcome.py, through components/watched_job.py) keep `pulumi up` until the job
+runs or ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.pytorch_job import watched_job
-from components.settings import JobSettings
-from components.stack_objects import StackObjects
+from components.watched_job import JobArgs, watched_job
 
 
 class TrainJob(pulumi.ComponentResource):
-    """The TrainJob (`numNodes` pods, rank 0 the first), with the checkpoint claim mounted (none:
-    s3), and
-    its TrainingRuntime (`runtime`: None when it runs on the cluster's ClusterTrainingRuntime)."""
+    """The TrainJob (`numNodes` pods, rank 0 the first), with the checkpoint storage mounted
+    where it is a volume, and its TrainingRuntime (the stack objects' `runtime`: None when it
+    runs on the cluster's ClusterTrainingRuntime). Built from `JobArgs`."""
 
     job_name: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        job: JobSettings,
-        objects: StackObjects,
-        *,
-        kube_context: str | None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: JobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("pytorch-distributed:index:TrainJob", name, None, opts)
-        dependencies = list(depends_on)
+        dependencies = list(args.depends_on)
         self.runtime: k8s.apiextensions.CustomResource | None = None
-        runtime = objects.runtime
+        runtime = args.objects.runtime
         if runtime is not None:
             self.runtime = k8s.apiextensions.CustomResource(
                 f"{name}-runtime",
@@ -56,9 +46,9 @@ class TrainJob(pulumi.ComponentResource):
             dependencies.append(self.runtime)
         self.job, self.job_name = watched_job(
             name,
-            job,
-            objects.job,
-            kube_context=kube_context,
+            args.job,
+            args.objects.job,
+            kube_context=args.kube_context,
             depends_on=dependencies,
             parent=self,
             runtime=runtime,

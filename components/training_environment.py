@@ -5,7 +5,7 @@ them to its children as `providers`, which every resource under them inherits th
 the stack files disable the default providers, so nothing can land in whatever cluster the ambient
 kubeconfig happens to point at. Which children exist follows `stack_objects`, as the render does.
 
-Its arguments are TrainingEnvironmentArgs (components/environment_args.py, generated from the
+Its arguments are TrainingEnvironmentArgs (settings/args.py, generated from the
 settings declarations): this repository's program builds them from the stack's config
 (`load_args`), another program writes them itself and may hand in its own Kubernetes (and Docker)
 provider through `opts.providers`, which the component then uses instead of creating one. Either
@@ -18,7 +18,7 @@ The Python component provider host (provider/) serves it to programs in other la
 import importlib
 import inspect
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -27,21 +27,21 @@ import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 from pydantic.alias_generators import to_camel
 
+from builders.job_apis import JobApi, api_of_settings
+from builders.manifests import resource_names
+from builders.stack_objects import stack_objects
 from components.checkpoint_volume import CheckpointVolume
-from components.environment_args import TrainingEnvironmentArgs
-from components.job_apis import JobApi, api_of_settings
-from components.manifests import resource_names
-from components.settings import (
-    JobSettings,
+from components.stack_secret import StackSecret
+from components.training_image import TrainingImage, registry_auth
+from components.watched_job import JobArgs
+from settings.args import TrainingEnvironmentArgs
+from settings.stack import (
     SettingsError,
     StackSettings,
     ValidatedArgs,
     parse_args,
     secret_arguments,
 )
-from components.stack_objects import StackObjects, stack_objects
-from components.stack_secret import StackSecret
-from components.training_image import TrainingImage, registry_auth
 
 
 def kubectl(settings: StackSettings, *args: str) -> str:
@@ -60,14 +60,7 @@ class JobComponent(Protocol):
     job_name: pulumi.Output[str]
 
     def __init__(
-        self,
-        name: str,
-        job: JobSettings,
-        objects: StackObjects,
-        *,
-        kube_context: str | None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: JobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None: ...
 
 
@@ -290,10 +283,7 @@ class TrainingEnvironment(pulumi.ComponentResource):
             claim = volume.claim_name
         job = job_component(api_of_settings(settings))(
             f"{name}-job",
-            settings.job,
-            objects,
-            kube_context=settings.kube_context,
-            depends_on=job_dependencies,
+            JobArgs(settings.job, objects, settings.kube_context, job_dependencies),
             opts=child,
         )
         return image.image_ref, claim, job.job_name

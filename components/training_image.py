@@ -27,8 +27,8 @@ import pulumi
 import pulumi_docker as docker
 
 from components.build_leftovers import BuildLeftovers
-from components.setting_values import registry_host
-from components.settings import REPO_ROOT, TRAINER_CONTEXT, ImageSettings, RegistrySettings
+from settings.stack import REPO_ROOT, TRAINER_CONTEXT, ImageSettings, RegistrySettings
+from settings.values import registry_host
 
 TRAINER_DIR = REPO_ROOT / TRAINER_CONTEXT
 _SKIPPED_PARTS = {"__pycache__", ".pytest_cache", ".git"}

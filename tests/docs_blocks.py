@@ -3,7 +3,7 @@
 A block sits between `<!-- NAME:start (generated: python -m tests.docs_blocks) -->` and
 `<!-- NAME:end -->` in any Markdown file of the docs; `python -m tests.docs_blocks` rewrites every
 block, and tests/test_docs.py fails while one differs from what its source says now. So the
-settings table follows components/settings.py's declarations, the make reference `make help`,
+settings table follows settings/stack.py's declarations, the make reference `make help`,
 the trainer's flags its argparse parser, the policy table the pack's policies, the versions the
 pins, and the stack diagrams and outputs what the program registers and exports under the tests'
 mocks (tests/pulumi_harness.py), which is why this module lives beside the harness.
@@ -37,7 +37,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def settings_table() -> str:
-    from components.settings import settings_table_markdown
+    from settings.stack import settings_table_markdown
 
     return settings_table_markdown()
 
@@ -182,7 +182,7 @@ def stack_resources(stack: str) -> str:
     """A mermaid flowchart of what the program registers for `stack`: each resource under its
     parent (solid: owns), what the job waits for (dotted: uses), and the pods the job's
     controller creates from it (not the program's: dashed)."""
-    from components.job_apis import api_of_job
+    from builders.job_apis import api_of_job
 
     result = _program(stack)
     resources = [r for r in result.resources if r.type != "pulumi:pulumi:Stack"]
@@ -242,7 +242,7 @@ def stack_outputs() -> str:
 
 
 def restricted_init_container() -> str:
-    from components.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
+    from builders.job_apis.pytorchjob import RESTRICTED_INIT_CONTAINER_TEMPLATE
 
     return f"```yaml\n{RESTRICTED_INIT_CONTAINER_TEMPLATE}```\n"
 

@@ -33,7 +33,10 @@ INLINE = re.compile(
 )
 HEREDOC = re.compile(r"<<-?'?(\w+)'?")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-REPO_PATH = re.compile(r"^(?:scripts|tools|trainer|bench|examples|policy|components|tests|docs)/")
+REPO_PATH = re.compile(
+    r"^(?:scripts|tools|trainer|bench|examples|policy|settings|builders|readers|components|tests"
+    r"|docs)/"
+)
 README_MAX_LINES = 220
 MAKERS = ("mkdir", "touch", "rm")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$")
@@ -131,7 +134,7 @@ def torchrun_flags() -> set[str]:
 @functools.cache
 def setting_keys() -> dict[str, str]:
     """Each declared key -> what it allows, from the settings table's declarations."""
-    from components.settings import settings_table_markdown
+    from settings.stack import settings_table_markdown
 
     rows = [row.split(" | ") for row in settings_table_markdown().splitlines()[2:]]
     return {row[0].strip("| `"): row[2] for row in rows}

@@ -35,7 +35,7 @@ def test_every_stack_on_the_real_node_names_its_storage_class() -> None:
     import yaml
 
     from cluster.real_node import STORAGE_CLASS
-    from components.settings import PROJECT
+    from settings.stack import PROJECT
 
     stacks = [
         REPO_ROOT / "Pulumi.local.yaml",

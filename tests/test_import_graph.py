@@ -1,13 +1,15 @@
 """The project's import graph (ARCHITECTURE.md): no circles among module-level imports, and no
-import that runs back up the layers (settings -> builders -> components; trainer loop -> store ->
-storage -> disk; this machine's ledgers -> the one-machine cluster -> its command line; tools and
-tests on top).
+import that runs back up the layers (settings -> builders -> readers -> components; trainer loop
+-> store -> storage -> disk; this machine's ledgers -> the one-machine cluster -> its command
+line; tools and tests on top).
 
 Read from the source with ast, not by importing, so the check costs nothing and sees every module.
 Imports under `if TYPE_CHECKING:` are annotations only and do not count; imports inside a
-function (the job API registry's) run late and are counted by the layer check only. In the
-cluster every module has a layer, and its circles are looked for with the late imports too: a
-component the plane runs (cluster/plane_component.py) never imports the plane.
+function (the job API and checkpoint storage registries') run late and are counted by the layer
+check only. In the settings, the builders, the readers, the components, `machine` and the
+cluster every module has a layer. In `machine` and the cluster circles are looked for with the
+late imports too: a component the plane runs (cluster/plane_component.py) never imports the
+plane.
 """
 
 from __future__ import annotations
@@ -17,48 +19,86 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-PACKAGES = ("components", "trainer", "machine", "cluster", "tools", "policy", "bench", "tests")
+PACKAGES = (
+    "settings",
+    "builders",
+    "readers",
+    "components",
+    "trainer",
+    "machine",
+    "cluster",
+    "tools",
+    "policy",
+    "bench",
+    "tests",
+)
 # What each top-level package may import from the project; a package always imports itself.
-# The trainer ships alone in the image; components are the Pulumi program, which must not need
-# the tools or the tests; `machine` (the port ledger, the process table, the container engine's
-# settings) needs nothing of the project; the one-machine cluster builds on the components'
-# constants and `machine`, never on the user commands in tools/; tools may ask the trainer's own
-# code (run_local's preflight).
+# The settings need nothing of the project; the pure builders build from the settings; the
+# cluster readers read what the builders' job APIs name; the components (the Pulumi program,
+# which must not need the tools or the tests) build on all three. The trainer ships alone in the
+# image; `machine` (the port ledger, the process table, the container engine's settings) needs
+# nothing of the project; the one-machine cluster builds on the settings', builders' and
+# readers' constants and `machine`, never on the components or the user commands in tools/;
+# tools may ask the trainer's own code (run_local's preflight).
 ALLOWED = {
-    "components": set(),
+    "settings": set(),
+    "builders": {"settings"},
+    "readers": {"settings", "builders"},
+    "components": {"settings", "builders", "readers"},
     "trainer": set(),
     "policy": set(),
     "machine": set(),
-    "cluster": {"components", "machine"},
-    "tools": {"components", "trainer", "machine", "cluster"},
+    "cluster": {"settings", "builders", "readers", "machine"},
+    "tools": {"settings", "builders", "readers", "components", "trainer", "machine", "cluster"},
     "bench": {"trainer", "tools", "machine"},
-    "tests": {"components", "trainer", "machine", "cluster", "tools", "policy", "bench"},
+    "tests": set(PACKAGES) - {"tests"},  # every one
 }
 # Layers inside a package, lowest first: a module never imports one of a higher layer. Setting
-# values -> checkpoint storages (the settings validate through them) -> settings -> shared
-# builders -> job APIs -> which objects a stack has -> Pulumi components; the trainer's disk
-# writer -> a run's storage (the interface and its backends) -> checkpoint store, metrics and
-# command line -> resume decision and restore -> training loop; which stacks are the cluster's
-# (standard library only) -> the cluster's processes, node network and Docker API -> the seam
-# between the plane and a component it runs -> the components (Trainer, the real node; then
-# Kueue, which reuses Trainer's certificates) -> the control plane -> the background service ->
-# its command line.
+# values -> checkpoint storages (the settings validate through them) -> the stack's settings ->
+# the typed arguments and their generator; shared builders -> job APIs -> which objects a stack
+# has; conditions -> a queue's state -> a job's state -> the watch that reads them; the
+# components' hooks -> the job's resource that every job API's component declares -> the
+# components -> TrainingEnvironment composing them; the trainer's disk writer -> a run's storage
+# (the interface and its backends) -> checkpoint store, metrics and command line -> resume
+# decision and restore -> training loop; which stacks are the cluster's (standard library only)
+# -> the cluster's processes, node network and Docker API -> the seam between the plane and a
+# component it runs -> the components (Trainer, the real node; then Kueue, which reuses
+# Trainer's certificates) -> the control plane -> the background service -> its command line.
 LAYERS = (
     (
-        ("components.setting_values",),
-        ("components.checkpoint_storage",),
-        ("components.settings",),
-        ("components.manifests",),
-        ("components.job_apis",),
-        ("components.stack_objects",),
+        ("settings.values",),
+        ("settings.checkpoint_storage",),
+        ("settings.stack",),
+        ("settings.args", "settings.args_codegen"),
+    ),
+    (
+        ("builders.manifests",),
+        ("builders.job_apis",),
+        ("builders.stack_objects",),
+    ),
+    (
+        ("readers.conditions",),
+        ("readers.queue_state",),
+        ("readers.job_state",),
+        ("readers.job_watch",),
+    ),
+    (
         (
-            "components.training_environment",
+            "components.interruption",
+            "components.build_leftovers",
+            "components.job_outcome",
+            "components.pod_admission",
+            "components.previous_run",
+        ),
+        ("components.watched_job",),
+        (
             "components.training_image",
             "components.checkpoint_volume",
             "components.stack_secret",
             "components.pytorch_job",
             "components.train_job",
         ),
+        ("components.training_environment",),
     ),
     (
         ("trainer.durable_file", "trainer.checkpoint_schema"),
@@ -69,7 +109,7 @@ LAYERS = (
     ),
     (("machine.ports", "machine.procs", "machine.containers", "machine.engine_api"),),
     (
-        ("cluster.stacks",),
+        ("cluster.stacks", "cluster.volumes"),
         ("cluster.processes", "cluster.node_network", "cluster.docker_api"),
         ("cluster.plane_component",),
         ("cluster.trainer_plane", "cluster.real_node"),
@@ -79,8 +119,11 @@ LAYERS = (
         ("cluster.__main__",),
     ),
 )
-# Packages whose every module has a layer above, and whose circles count late imports too.
-LAYERED = ("machine", "cluster")
+# Packages whose every module has a layer above.
+LAYERED = ("settings", "builders", "readers", "components", "machine", "cluster")
+# Packages whose circles count late imports too (the registries of job APIs and checkpoint
+# storages import their modules late, and those modules import the registry: not these).
+LATE_CIRCLES = ("machine", "cluster")
 
 
 def within(module: str, names: tuple[str, ...]) -> bool:
@@ -191,7 +234,7 @@ def test_module_level_imports_form_no_circle() -> None:
     assert circles(graph) == []
 
 
-def test_the_layered_packages_form_no_circle_with_late_imports() -> None:
+def test_machine_and_the_cluster_form_no_circle_with_late_imports() -> None:
     """An import inside a function closes a circle as well, only later (the control plane and
     the real node once imported each other so)."""
     modules = project_modules()
@@ -199,10 +242,10 @@ def test_the_layered_packages_form_no_circle_with_late_imports() -> None:
         name: {
             other
             for other in imported(path, modules, module_level=False) - {name}
-            if other.split(".")[0] in LAYERED
+            if other.split(".")[0] in LATE_CIRCLES
         }
         for name, path in modules.items()
-        if name.split(".")[0] in LAYERED
+        if name.split(".")[0] in LATE_CIRCLES
     }
     assert circles(graph) == []
 
@@ -221,11 +264,9 @@ def test_the_check_sees_a_circle_and_an_upward_import(tmp_path: Path) -> None:
     """The checks above would pass on an empty graph; they must see what they look for."""
     assert circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     modules = project_modules()
-    assert "components.settings" in imported(
-        modules["components.manifests"], modules, module_level=True
-    )
+    assert "settings.stack" in imported(modules["builders.manifests"], modules, module_level=True)
     assert "trainer.checkpoint" in modules and "tools.run_local" in modules
-    assert within("components.job_apis.trainjob", ("components.job_apis",))
+    assert within("builders.job_apis.trainjob", ("builders.job_apis",))
     assert not within("trainer.checkpoint_schema", ("trainer.checkpoint",))
     # An import inside a function is late: seen by the layer check and the layered circle check.
     late = tmp_path / "late.py"
@@ -242,3 +283,27 @@ def test_the_check_sees_a_circle_and_an_upward_import(tmp_path: Path) -> None:
         "cluster.docker_api -> tools.pulumi_run"
     ]
     assert without_layer(["cluster", "cluster.stacks", "cluster.new_part"]) == ["cluster.new_part"]
+    # The rooms: settings -> builders -> readers -> components, and the cluster beside the
+    # components, never on them.
+    assert upward_imports({"settings.stack": {"builders.manifests"}}) == [
+        "settings.stack -> builders.manifests"
+    ]
+    assert upward_imports({"builders.job_apis": {"readers.conditions"}}) == [
+        "builders.job_apis -> readers.conditions"
+    ]
+    assert upward_imports({"readers.job_watch": {"components.job_outcome"}}) == [
+        "readers.job_watch -> components.job_outcome"
+    ]
+    assert upward_imports({"cluster.kueue_plane": {"components.training_environment"}}) == [
+        "cluster.kueue_plane -> components.training_environment"
+    ]
+    assert upward_imports({"readers.queue_state": {"builders.manifests"}}) == []
+    assert upward_imports({"readers.conditions": {"readers.job_state"}}) == [
+        "readers.conditions -> readers.job_state"
+    ]
+    assert upward_imports({"components.watched_job": {"components.pytorch_job"}}) == [
+        "components.watched_job -> components.pytorch_job"
+    ]
+    assert without_layer(["settings", "settings.stack", "readers.new_reader"]) == [
+        "readers.new_reader"
+    ]

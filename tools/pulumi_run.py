@@ -27,7 +27,7 @@ CI job) leaves, and what happens to it here:
   `pulumi refresh --clear-pending-creates`: the state is read back from the cluster and the
   creates that were in flight are forgotten, so the update creates them again. The Kubernetes
   provider applies server-side and a create of an existing object is an apply to it, under the
-  field manager every object of the stack carries (components.manifests.FIELD_MANAGER): the
+  field manager every object of the stack carries (builders.manifests.FIELD_MANAGER): the
   object is adopted as it is, with its UID and its data, never made twice. `destroy` first
   imports the Kubernetes objects whose create was in flight (except a retained claim, which
   destroy only forgets anyway), so it deletes them instead of leaving them unmanaged.
@@ -499,7 +499,7 @@ def stack_builds(stack: str) -> bool:
     """The stack file says `image.build: true` (False when the settings cannot be read here: a
     python3 without the project's packages, or a bad setting, which the program reports)."""
     try:
-        from components.settings import SettingsError, load_stack_file
+        from settings.stack import SettingsError, load_stack_file
     except ImportError:
         return False
     try:

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from components.settings import REDACTED, SettingsError, StackSettings, load_stack_file
-from components.stack_objects import stack_objects
-from tools.stack_cli import add_stack_arguments
+from builders.stack_objects import stack_objects
+from settings.stack import REDACTED, StackSettings
+from tools.stack_cli import add_stack_arguments, stack_settings
 
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 RENDERED_SUFFIX = ".yaml"
@@ -72,10 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_stack_arguments(parser)
     parser.add_argument("--out", required=True, type=Path, help="directory for the YAML files")
     args = parser.parse_args(argv)
-    try:
-        settings = load_stack_file(args.stack, args.stack_dir)
-    except SettingsError as error:
-        print(f"error: {error}", file=sys.stderr)
+    if (settings := stack_settings(args)) is None:
         return 2
     try:
         written = render(settings, args.out)

@@ -15,7 +15,7 @@ killed first). A ReadWriteOnce claim that a running pod has mounted is read from
 node, the only one where it can be mounted too.
 
 The reader pod is as restricted as the job's pods and runs as the job's user and groups
-(`job.securityContext`, components/manifests.py): it reads what the trainer wrote (files
+(`job.securityContext`, builders/manifests.py): it reads what the trainer wrote (files
 readable by all, in directories of the claim's fsGroup). A claim written by someone else (an
 older run as root, another image's user) must be readable by that user: when it is not, the tool
 says so in one line with the file it could not read and what to set.
@@ -57,14 +57,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
-from components.job_apis import api_of_settings
-from components.job_state import START_FAILURES, pod_refusal
-from components.job_watch import JobWatchError, api_client, api_error_reason, describe_api_error
-from components.manifests import (
+from builders.job_apis import api_of_settings
+from builders.manifests import (
     checkpoint_reader_pod_manifest,
     resource_names,
 )
-from components.settings import REPO_ROOT, SettingsError, StackSettings, load_stack_file
+from readers.job_state import START_FAILURES, pod_refusal
+from readers.job_watch import JobWatchError, api_client, api_error_reason, describe_api_error
+from settings.stack import REPO_ROOT, SettingsError, StackSettings, load_stack_file
 from tools.stack_cli import add_stack_arguments
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a manifest is read
@@ -584,8 +584,9 @@ def copy_from_storage(
     """Copy the selected checkpoints, manifest and metrics of a run kept in object storage
     (``checkpoints.storage: s3``) to `out`, straight from this machine through the trainer's own
     storage backend (no pod: the bucket answers here, with this machine's credentials), each
-    checkpoint verified against the manifest as `copy_run` does."""
-    from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore, describe
+    checkpoint verified against the manifest as `copy_run` does; a sharded one (FSDP) is its
+    folder with every file the manifest lists."""
+    from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
     from trainer.metrics import METRICS_NAME
     from trainer.storage import open_storage
 
@@ -596,10 +597,13 @@ def copy_from_storage(
             raise RetrieveError(f"{root} {problem}", 2)
         if not storage.exists(MANIFEST_NAME):
             raise RetrieveError(f"no committed checkpoint in {root} yet (no {MANIFEST_NAME})")
-        described = describe(storage)
+        # The newest that verifies (a sharded one's every file), without loading its weights.
+        found = CheckpointStore(storage).find_resumable()
+        if found is None:
+            raise RetrieveError(f"no checkpoint in {root} verifies against its manifest")
         say(
-            f"{root}: newest verified checkpoint {described['path']} (epoch "
-            f"{described['epochs_completed']}, step {described['step_in_epoch']})"
+            f"{root}: newest verified checkpoint {found.location} (epoch "
+            f"{found.checkpoint.epochs_run}, step {found.entry.step_in_epoch})"
         )
         out.mkdir(parents=True, exist_ok=True)
         for name in (MANIFEST_NAME, METRICS_NAME):
@@ -609,9 +613,18 @@ def copy_from_storage(
         chosen = select_entries(copies.manifest(), epoch=epoch, every=every)
         copied = []
         for entry in chosen:
-            with storage.local_file(entry.file) as downloaded:
-                copy = out / entry.file
-                with downloaded.open("rb") as source, copy.open("wb") as target:
+            # A sharded checkpoint (FSDP) is a folder of objects, each listed in the manifest.
+            names = (
+                [entry.file] if entry.files is None else [f"{entry.file}/{f}" for f in entry.files]
+            )
+            for name in names:
+                copy = out / name
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                with (
+                    storage.local_file(name) as downloaded,
+                    downloaded.open("rb") as source,
+                    copy.open("wb") as target,
+                ):
                     shutil.copyfileobj(source, target, 16 << 20)
             copies.verify(entry)
             say(

@@ -12,7 +12,7 @@ checkpoint root that cannot be used, checkpoints of another run in the job's dir
 stopped by signal N (130: Ctrl-C), each replica's trainer having committed a checkpoint.
 
 The job comes from the same settings validation and the same builder as the Pulumi program
-(`components.settings.load_stack_file`, the job API's builder in `components.job_apis`), so what
+(`settings.stack.load_stack_file`, the job API's builder in `builders.job_apis`), so what
 runs here is what the cluster would run: the container's command, args and env, plus the
 variables the job's controller injects into each pod (the training operator's for a PyTorchJob,
 Trainer's torch plugin's for a TrainJob: the job API's `pods`), with OnFailure restarts counted
@@ -82,10 +82,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.checkpoint_storage import kept_at
-from components.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
-from components.manifests import trainer_argument
-from components.settings import (
+from builders.job_apis import JobApiError, PodRole, api_of_job, api_of_settings
+from builders.manifests import trainer_argument
+from machine.ports import free_port
+from settings.checkpoint_storage import kept_at
+from settings.stack import (
     REPO_ROOT,
     SettingsError,
     StackSettings,
@@ -93,8 +94,7 @@ from components.settings import (
     load_stack_file,
     trainer_settings,
 )
-from machine.ports import free_port
-from tools.local_backends import LocalBackend
+from tools.local_backends import LocalBackend, ReplicaPlan
 from tools.local_backends.container import (
     DEFAULT_IMAGE,
     ContainerBackend,
@@ -113,7 +113,7 @@ PID_DIR_NAME = ".run_local"
 # Where a job.volumes claim's local stand-in is, in this checkout, unless --volume says.
 CLAIMS_DIR_NAME = ".claims"
 # Flags that override a job setting, JobSettings attribute -> flag: declared with the setting
-# (its TrainerFlag's local_flag in components/settings.py).
+# (its TrainerFlag's local_flag in settings/stack.py).
 OVERRIDE_FLAGS = {
     setting.attribute: setting.flag.local_flag
     for setting in trainer_settings()
@@ -323,7 +323,7 @@ def importable(directory: Path | None) -> Iterator[None]:
 
 def trainer_argv(job: Mapping[str, Any], checkpoint_root: Path, repo_root: Path) -> list[str]:
     """The trainer's command line in the master pod, with this machine's paths: the container's
-    args after entrypoint.sh's own flags (see components.manifests.trainer_args)."""
+    args after entrypoint.sh's own flags (see builders.manifests.trainer_args)."""
     role = rank0(job)
     template, container = role.template, role.container
     args = [str(part) for part in container.get("args", [])]
@@ -551,12 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime = api.runtime_manifest(settings)
         backend.check_job(job)
         commands, notices = backend.replica_commands(
-            job,
-            namespace=settings.namespace,
-            checkpoint_root=checkpoint_root,
-            master_port=master_port,
-            runtime=runtime,
-            data_dirs=volumes,
+            job, ReplicaPlan(settings.namespace, checkpoint_root, master_port, runtime, volumes)
         )
         preflight(job, settings, args, checkpoint_root=checkpoint_root, repo_root=repo_root)
     except (SettingsError, LocalRunError, JobApiError, ContainerBackendError) as error:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from components.settings import REPO_ROOT
+from settings.stack import REPO_ROOT, SettingsError, StackSettings, load_stack_file
 
 
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,3 +18,13 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         default=REPO_ROOT,
         help="directory holding Pulumi.<stack>.yaml (default: the repository root)",
     )
+
+
+def stack_settings(args: argparse.Namespace) -> StackSettings | None:
+    """The settings of `--stack` in `--stack-dir`; None, its one error line printed, for a stack
+    file that cannot be read (the command then exits 2, as on any usage error)."""
+    try:
+        return load_stack_file(args.stack, args.stack_dir)
+    except SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None

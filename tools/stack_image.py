@@ -15,10 +15,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from components.setting_values import BASE_IMAGE_ARG
-from components.settings import SettingsError, StackSettings, load_stack_file
+from settings.stack import StackSettings
+from settings.values import BASE_IMAGE_ARG
 from tools.local_backends.container import stack_image
-from tools.stack_cli import add_stack_arguments
+from tools.stack_cli import add_stack_arguments, stack_settings
 
 
 def build_arguments(settings: StackSettings) -> list[str]:
@@ -41,10 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_stack_arguments(parser)
     parser.add_argument("--name", action="store_true", help="print the local image's name")
     args = parser.parse_args(argv)
-    try:
-        settings = load_stack_file(args.stack, args.stack_dir)
-    except SettingsError as error:
-        print(f"error: {error}", file=sys.stderr)
+    if (settings := stack_settings(args)) is None:
         return 2
     lines = [stack_image(args.stack, settings)] if args.name else build_arguments(settings)
     print("\n".join(lines))

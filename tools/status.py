@@ -24,10 +24,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from components.job_apis import api_of_settings
-from components.job_state import JobState, Progress, failure_report, progress_line, status_table
-from components.job_watch import JobWatch, JobWatchError, api_errors, describe_api_error
-from components.settings import SettingsError, load_stack_file
+from builders.job_apis import api_of_settings
+from readers.job_state import JobState, Progress, failure_report, progress_line, status_table
+from readers.job_watch import JobWatch, JobWatchError, api_errors, describe_api_error
+from settings.stack import SettingsError, load_stack_file
 from tools.stack_cli import add_stack_arguments
 
 SUCCEEDED, FAILED, NOT_FOUND, RUNNING, INTERRUPTED = 0, 1, 2, 3, 130

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from trainer.staging import (
     move_to_shared_memory,
     state_bytes,
 )
+from trainer.write_failure import WriteFailure
 
 # The write policy's two knobs (see CheckpointWriter). A state this large is handed to a writer
 # process from the first save; below it, a save is written inline until one inline write takes
@@ -129,7 +131,7 @@ class CheckpointWriter:
         self._ready = False
         self._pending = False
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._failure = WriteFailure()  # a background write's error, raised by wait()
         self._staging: dict[str, Any] | None = None  # the last committed copy, reused
         # Threads for the staging copy (started on first use), none where one core is all
         # this process may use.
@@ -206,8 +208,10 @@ class CheckpointWriter:
                     self._abandon_writer()
             else:
                 self._thread = threading.Thread(
-                    target=self._commit_in_thread,
-                    args=(snapshot, epochs_completed, step_in_epoch),
+                    target=self._failure.run,
+                    args=(
+                        partial(self._commit_in_thread, snapshot, epochs_completed, step_in_epoch),
+                    ),
                     name="checkpoint-writer",
                 )
                 self._thread.start()
@@ -291,13 +295,11 @@ class CheckpointWriter:
             if status == "ok":
                 self._committed(CheckpointEntry.from_json(payload))
             else:
-                self._error = CheckpointError(payload)
+                self._failure.record(CheckpointError(payload))
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise CheckpointError(f"checkpoint write failed: {error}") from error
+        self._failure.raise_if_any()
 
     def close(self) -> None:
         """Wait for the write in flight, then let the writer process exit."""
@@ -325,7 +327,5 @@ class CheckpointWriter:
         LOG.info("checkpoint committed: %s (%d bytes)", where, entry.size)
 
     def _commit_in_thread(self, state: dict[str, Any], epochs: int, step: int) -> None:
-        try:
-            self._committed(self.store.commit(state, epochs, step, direct_io=True))
-        except BaseException as error:
-            self._error = error
+        """The thread fallback's write (its failure is kept by ``_failure`` for ``wait``)."""
+        self._committed(self.store.commit(state, epochs, step, direct_io=True))

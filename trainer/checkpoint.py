@@ -18,12 +18,15 @@ What a run's root holds::
 
 The manifest is the commit point: objects first, then the manifest naming them with their
 sha256, so a checkpoint that is not listed there (a write that was killed) is never used. A
-sharded checkpoint is written by every rank into a temporary directory, renamed whole once
-every rank's files are written and hashed, then listed with every file's sha256 and size
+sharded checkpoint is a folder of files (``NAME/FILE``), written by every rank for its shards,
+then listed with every file's sha256 and size once every rank's files are written
 (:meth:`CheckpointStore.commit_sharded`); it has no ``snapshot.pt`` (``--consolidate`` makes
-one file of it). Sharded checkpoints need a root on a filesystem. Run
-``python -m trainer.checkpoint ROOT`` to see what a resume would use. What a file holds is
-``trainer.checkpoint_schema``.
+one file of it). On a root that is a directory here the ranks write into a temporary directory,
+renamed whole before it is listed; on any other storage (an object store has no rename) they
+upload straight under the checkpoint's name (``trainer.sharded_transfer``), the manifest alone
+committing it, and a reader downloads the files and checks each against its sha256 before
+anything loads them. Run ``python -m trainer.checkpoint ROOT`` to see what a resume would use.
+What a file holds is ``trainer.checkpoint_schema``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,14 +56,17 @@ from trainer.checkpoint_schema import (
 )
 from trainer.durable_file import storages_aligned_for_direct_io
 from trainer.sharded import (
+    INDEX_NAME,
     META_NAME,
     MODEL_KEY,
     SHARDED_SUFFIX,
     hash_files,
+    indexed_files,
     is_sharded,
     listing_sha256,
     whole_state,
 )
+from trainer.sharded_transfer import download, spooled
 from trainer.storage import RunStorage, StorageRoot, locate, open_storage
 
 MANIFEST_NAME = "manifest.json"
@@ -238,7 +244,9 @@ class CheckpointStore:
         self.hold_after = hold_after  # see HOLD_AFTER_ENV
         self._commits = 0
 
-    def _pause_before_commit_point_s(self) -> float:
+    def commit_pause_s(self) -> float:
+        """How long a write pauses once its bytes are out and before it is committed: the
+        test hooks (``WRITE_DELAY_ENV``, ``HOLD_AFTER_ENV``); 0 in a real run."""
         if self.hold_after is not None and self._commits >= self.hold_after:
             LOG.warning("checkpoint commit held (%s=%d)", HOLD_AFTER_ENV, self.hold_after)
             return _HELD_S
@@ -328,25 +336,39 @@ class CheckpointStore:
             return self._read_sharded(entry.file, entry.files), entry.sha256
         return self._read(entry.file, entry.sha256, entry.size)
 
-    def _sharded_directory(self, name: str) -> Path:
-        shown = self.storage.location_of(name)
+    def _sharded_directory(self, name: str) -> Path | None:
+        """Sharded checkpoint ``name`` as a directory here; None on storage that is not one."""
         root = self.storage.local_directory()
         if root is None:
-            raise CheckpointError(f"{shown}: sharded checkpoints are read from a filesystem only")
+            return None
         if not (root / name).is_dir():
-            raise CheckpointError(f"{shown} is missing")
+            raise CheckpointError(f"{self.storage.location_of(name)} is missing")
         return root / name
 
-    def _verify_files(self, name: str, files: Mapping[str, Mapping[str, Any]]) -> None:
-        """Every file of sharded checkpoint ``name`` has the size and sha256 it was listed
-        with (CheckpointError naming the first that does not)."""
+    def _hash_files(
+        self, name: str, files: Iterable[str], into: Path | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """``{FILE: {sha256, size}}`` of the files of sharded checkpoint ``name``: read in
+        place on a directory, else downloaded (kept in ``into`` when given: what DCP then
+        reads is exactly what was hashed). A missing or unreadable one is a CheckpointError."""
         directory = self._sharded_directory(name)
         try:
-            found = hash_files(directory, files)
+            if directory is not None:
+                return hash_files(directory, files)
+            return download(self.storage, name, files, into)
         except FileNotFoundError as error:
             raise CheckpointError(f"{error.filename} is missing (a shard of {name})") from None
         except OSError as error:
-            raise CheckpointError(f"{directory} cannot be read: {error}") from error
+            raise CheckpointError(
+                f"{self.storage.location_of(name)} cannot be read: {error}"
+            ) from error
+
+    def _verify_files(
+        self, name: str, files: Mapping[str, Mapping[str, Any]], into: Path | None = None
+    ) -> None:
+        """Every file of sharded checkpoint ``name`` has the size and sha256 it was listed
+        with (CheckpointError naming the first that does not). ``into``: see _hash_files."""
+        found = self._hash_files(name, files, into)
         for file, listed in sorted(files.items()):
             have = found[file]
             shown = self.storage.location_of(f"{name}/{file}")
@@ -361,20 +383,42 @@ class CheckpointStore:
         self, name: str, files: Mapping[str, Mapping[str, Any]] | None
     ) -> TrainingCheckpoint:
         """Sharded checkpoint ``name``'s training state (all but the tensors), its files
-        verified first when ``files`` lists them."""
+        verified first when ``files`` lists them. ``sharded_at`` is where it is
+        (:func:`shards_on_disk` gives its files to DCP)."""
         if files is not None:
             self._verify_files(name, files)
-        directory = self._sharded_directory(name)
+        self._sharded_directory(name)  # a missing directory is named as the checkpoint
         shown = self.storage.location_of(f"{name}/{META_NAME}")
         try:
-            meta = load_checkpoint(directory / META_NAME, source=shown)
+            with self.storage.local_file(f"{name}/{META_NAME}") as path:
+                meta = load_checkpoint(path, source=shown)
         except FileNotFoundError:
             raise CheckpointError(f"{shown} is missing") from None
         except CheckpointError:
             raise
         except Exception as error:
             raise CheckpointError(f"{shown} cannot be loaded: {error}") from error
-        return replace(meta, sharded_at=str(directory))
+        return replace(meta, sharded_at=self.storage.location_of(name))
+
+    @contextlib.contextmanager
+    def local_shards(self, name: str) -> Iterator[Path]:
+        """Sharded checkpoint ``name`` as a directory of this machine, for DCP to read: the
+        checkpoint's own on a filesystem root; else its files downloaded into a spool directory
+        (removed after), each checked first against the manifest when ``name`` is listed there
+        (every rank checks what it loads), or, unlisted (a checkpoint copied by hand), the
+        files its DCP index names."""
+        directory = self._sharded_directory(name)
+        if directory is not None:
+            yield directory
+            return
+        listed = {entry.file: entry.files for entry in self.manifest()}.get(name)
+        with spooled("shards") as into:
+            if listed is not None:
+                self._verify_files(name, listed, into)
+            else:
+                self._hash_files(name, [INDEX_NAME], into)
+                self._hash_files(name, indexed_files(into) - {INDEX_NAME}, into)
+            yield into
 
     def _read(
         self, name: str, sha256: str | None, size: int | None
@@ -405,10 +449,10 @@ class CheckpointStore:
         naming a moved one. Returns the names of the objects moved."""
         if not found.skipped_entries:
             return []
-        bad = {entry.file for entry in found.skipped_entries}
+        bad = {entry.file: entry for entry in found.skipped_entries}
         self._write_manifest([e for e in self.manifest() if e.file not in bad])
         self._point_snapshot_at(found.entry.file)
-        return [name for name in sorted(bad) if self.storage.move(name, f"{REJECTED_DIR}/{name}")]
+        return [name for name in sorted(bad) if self._move_aside(bad[name])]
 
     def remove_partial_writes(self) -> None:
         """What a killed write left is garbage by construction (never committed)."""
@@ -431,7 +475,7 @@ class CheckpointStore:
                 name,
                 lambda file: torch.save(state, file),  # type: ignore[arg-type]
                 direct=direct_io,
-                delay_s=self._pause_before_commit_point_s(),
+                delay_s=self.commit_pause_s(),
             )
         entry = CheckpointEntry(
             file=name,
@@ -445,6 +489,28 @@ class CheckpointStore:
         )
         return self._record(entry)
 
+    def sharded_target(self, name: str) -> str:
+        """Where the ranks write sharded checkpoint ``name``: a temporary directory, renamed
+        at the commit, on a root that is a directory here; the name itself elsewhere (no
+        rename there: the manifest alone commits it)."""
+        return sharded_staging_name(name) if self.storage.local_directory() is not None else name
+
+    def prepare_sharded(self, name: str) -> str:
+        """Rank 0, before any rank writes sharded checkpoint ``name``: clear what an earlier
+        attempt left where they will write (and, where that is the name itself, unlist a
+        committed checkpoint of that name first, so the manifest never names one being
+        overwritten). Returns :meth:`sharded_target`."""
+        target = self.sharded_target(name)
+        if target == name:
+            listed = self.manifest()
+            old = [entry for entry in listed if entry.file == name]
+            if old:
+                self._write_manifest([entry for entry in listed if entry.file != name])
+            for entry in old:
+                self._delete_checkpoint(entry)
+        self.storage.delete(target)
+        return target
+
     def commit_sharded(
         self,
         staging: str,
@@ -453,12 +519,12 @@ class CheckpointStore:
         epochs: int,
         step: int,
     ) -> CheckpointEntry:
-        """Commit the sharded checkpoint the ranks wrote into directory ``staging`` (rank 0,
-        once every rank's files are written and ``shards`` holds their sha256 and size):
-        ``trainer.pt`` from ``state`` (the training state without its tensors), any file no
-        rank hashed (DCP's index), the directory renamed to its name, then the manifest (the
-        commit point) and retention, as :meth:`commit`. Safe to kill at any point: until the
-        manifest names it, the directory is garbage."""
+        """Commit the sharded checkpoint the ranks wrote into ``staging``
+        (:meth:`sharded_target`; rank 0, once every rank's files are written and ``shards``
+        holds their sha256 and size): ``trainer.pt`` from ``state`` (the training state without
+        its tensors), on a directory any file no rank hashed (DCP's index) and the rename to
+        its name, then the manifest (the commit point) and retention, as :meth:`commit`. Safe to
+        kill at any point: until the manifest names it, what was written is never read."""
         checkpoint = TrainingCheckpoint.from_state(state, "the state to commit")
         name = checkpoint_name(epochs, step, sharded=True)
         written = self.storage.write(
@@ -468,21 +534,24 @@ class CheckpointStore:
         files = {file: dict(listed) for file, listed in shards.items()}
         files[META_NAME] = {"sha256": written.sha256, "size": written.size}
         directory = self.storage.local_directory()
-        assert directory is not None, "sharded checkpoints need a root on a filesystem"
-        present = {path.name for path in (directory / staging).iterdir()}
-        files.update(hash_files(directory / staging, present - set(files)))
-        if missing := sorted(set(files) - present):
-            raise CheckpointError(f"{name}: {', '.join(missing)} listed but not written")
-        if (pause_s := self._pause_before_commit_point_s()) > 0:
+        if directory is not None:
+            present = {path.name for path in (directory / staging).iterdir()}
+            files.update(hash_files(directory / staging, present - set(files)))
+            if missing := sorted(set(files) - present):
+                raise CheckpointError(f"{name}: {', '.join(missing)} listed but not written")
+        elif INDEX_NAME not in files:
+            raise CheckpointError(f"{name}: {INDEX_NAME} (DCP's index) was not written")
+        if (pause_s := self.commit_pause_s()) > 0:
             time.sleep(pause_s)
-        # A directory can only be renamed onto an absent name: one of that name goes first (an
-        # earlier attempt that was never committed; or a committed one, first unlisted, so the
-        # manifest never names a directory that is being replaced).
-        listed = self.manifest()
-        if any(entry.file == name for entry in listed):
-            self._write_manifest([entry for entry in listed if entry.file != name])
-        self.storage.delete(name)
-        self.storage.move(staging, name)
+        if staging != name:
+            # A directory can only be renamed onto an absent name: one of that name goes first
+            # (an earlier attempt that was never committed; or a committed one, first unlisted,
+            # so the manifest never names a directory that is being replaced).
+            listed = self.manifest()
+            if any(entry.file == name for entry in listed):
+                self._write_manifest([entry for entry in listed if entry.file != name])
+            self.storage.delete(name)
+            self.storage.move(staging, name)
         entry = CheckpointEntry(
             file=name,
             sha256=listing_sha256(files),
@@ -508,8 +577,26 @@ class CheckpointStore:
         kept_files = {item.file for item in kept}
         for old in previous:
             if old.file not in kept_files:
-                self.storage.delete(old.file)
+                self._delete_checkpoint(old)
         return entry
+
+    def _delete_checkpoint(self, entry: CheckpointEntry) -> None:
+        """A checkpoint's object, or every file of a sharded one: its directory goes whole
+        where folders are real, each listed object where they are only names."""
+        self.storage.delete(entry.file)
+        for file in entry.files or ():
+            self.storage.delete(f"{entry.file}/{file}")
+
+    def _move_aside(self, entry: CheckpointEntry) -> bool:
+        """A checkpoint's object(s) to ``rejected/`` (see :meth:`_delete_checkpoint`); False
+        when nothing of it was there."""
+        to = f"{REJECTED_DIR}/{entry.file}"
+        if self.storage.move(entry.file, to):
+            return True
+        moved = [
+            self.storage.move(f"{entry.file}/{file}", f"{to}/{file}") for file in entry.files or ()
+        ]
+        return any(moved)
 
     def _point_snapshot_at(self, name: str) -> None:
         """``snapshot.pt`` is the newest committed checkpoint, when that is one file; a sharded
@@ -543,6 +630,16 @@ def load_at(location: str) -> TrainingCheckpoint:
     return CheckpointStore(storage).load(name)
 
 
+@contextlib.contextmanager
+def shards_on_disk(location: str) -> Iterator[Path]:
+    """The sharded checkpoint at ``location`` (a ``TrainingCheckpoint.sharded_at``) as a
+    directory of this machine for DCP, for the duration of the context (see
+    :meth:`CheckpointStore.local_shards`)."""
+    storage, name = open_storage(location).parent()
+    with CheckpointStore(storage).local_shards(name) as directory:
+        yield directory
+
+
 def describe(root: StorageRoot) -> dict[str, Any]:
     """What ``python -m trainer.checkpoint ROOT`` prints."""
     store = _opened(root)
@@ -553,7 +650,8 @@ def describe(root: StorageRoot) -> dict[str, Any]:
         )
     checkpoint = found.checkpoint
     if checkpoint.sharded_at is not None:
-        model_state = whole_state(checkpoint.sharded_at)[MODEL_KEY]
+        with shards_on_disk(checkpoint.sharded_at) as directory:
+            model_state = whole_state(directory)[MODEL_KEY]
     else:
         model_state = checkpoint.model_state
     return {
@@ -610,9 +708,11 @@ def consolidate(root: StorageRoot, out: Path) -> dict[str, Any]:
     assert found is not None
     checkpoint = found.checkpoint
     if checkpoint.sharded_at is not None:
+        with shards_on_disk(checkpoint.sharded_at) as directory:
+            model_state = whole_state(directory)[MODEL_KEY]
         checkpoint = replace(
             checkpoint,
-            model_state=whole_state(checkpoint.sharded_at)[MODEL_KEY],
+            model_state=model_state,
             optimizer_state=None,
             format_version=FORMAT_VERSION,
             sharded_at=None,

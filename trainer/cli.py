@@ -27,13 +27,13 @@ DEFAULT_TASK = "trainer.task:regression_task"
 # work, and a retry fails the same way; 128 + N stopped by signal N with a checkpoint committed,
 # so a restart resumes it; EXIT_PEER_LOST a collective failed because another rank is gone (its
 # pod deleted, preempted or killed, its node lost): the run itself is sound, and once the pods
-# are recreated it resumes from the last checkpoint. (components/job_state.py says what each
+# are recreated it resumes from the last checkpoint. (readers/job_state.py says what each
 # code means in `pulumi up`'s errors and `make status`.)
 EXIT_REFUSED = 2
 EXIT_PEER_LOST = 200
 DEFAULT_PG_TIMEOUT_S = 300.0
 # How the model is spread over the ranks (trainer.parallelism): replicated (DDP) or sharded
-# (FSDP2, with sharded checkpoints). components/setting_values.py's Parallelism is held to this.
+# (FSDP2, with sharded checkpoints). settings/values.py's Parallelism is held to this.
 PARALLELISMS = ("ddp", "fsdp")
 
 
@@ -374,13 +374,6 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
             f"argument --create-bucket: --checkpoint-dir {args.checkpoint_dir!r} is a directory, "
             "not in a bucket; the flag is for object-storage roots (s3://BUCKET/PREFIX)",
             "create_bucket",
-        )
-    if args.parallelism == "fsdp" and own.local_directory() is None:
-        raise UsageError(
-            f"argument --parallelism: fsdp writes sharded checkpoints to a filesystem, and "
-            f"--checkpoint-dir {args.checkpoint_dir!r} is not one; use ddp there, or a "
-            "directory",
-            "parallelism",
         )
     if args.init_from is not None and own.encloses(open_storage(args.init_from)):
         raise UsageError(

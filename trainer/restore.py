@@ -5,7 +5,9 @@ only when asked). Which checkpoint, and whether at all, is ``trainer.resume``'s 
 Either checkpoint layout loads into either parallelism: a whole file into a DDP model as it is,
 into an FSDP one shard by shard; a sharded checkpoint (``trainer.sharded``) through DCP, which
 reshards it to this run's ranks or gives a plain model its whole tensors. Loading a sharded
-checkpoint is collective: every rank calls these functions."""
+checkpoint is collective: every rank calls these functions, and reads its files from this
+machine (``trainer.checkpoint.shards_on_disk``: in place on a filesystem root, else downloaded
+and checked against the manifest first)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
+from trainer.checkpoint import shards_on_disk
 from trainer.checkpoint_schema import RankState, TrainingCheckpoint
 from trainer.parallelism import is_fully_sharded
 from trainer.resume import ResumeRefusedError
@@ -27,7 +30,8 @@ def resume_from(task: Task, state: TrainingCheckpoint, rank: int, world_size: in
     """Restore ``task`` from its own run's checkpoint; returns what this rank carries over
     (see :meth:`TrainingCheckpoint.rank_state` for a world size other than the saved one)."""
     if state.sharded_at is not None:
-        load_sharded(task.model, task.optimizer, state.sharded_at)
+        with shards_on_disk(state.sharded_at) as directory:
+            load_sharded(task.model, task.optimizer, directory)
     elif is_fully_sharded(task.model):
         load_whole(task.model, task.optimizer, state.model_state, state.optimizer_state)
     else:
@@ -68,9 +72,8 @@ def _warm_start_across_layouts(
         raise ResumeRefusedError(f"--init-optimizer: {path} holds no optimizer state")
     try:
         if state.sharded_at is not None:
-            load_sharded(
-                task.model, task.optimizer, state.sharded_at, with_optimizer=with_optimizer
-            )
+            with shards_on_disk(state.sharded_at) as directory:
+                load_sharded(task.model, task.optimizer, directory, with_optimizer=with_optimizer)
         else:
             optimizer_state = state.optimizer_state if with_optimizer else None
             load_whole(task.model, task.optimizer, state.model_state, optimizer_state)

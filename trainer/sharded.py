@@ -36,6 +36,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 SHARDED_SUFFIX = ".dcp"
 META_NAME = "trainer.pt"
+INDEX_NAME = ".metadata"  # DCP's index, written by the coordinating rank (0)
 # The top-level keys of the DCP state: a tensor's DCP name is KEY.FQN (e.g. model.head.weight).
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
@@ -120,19 +121,30 @@ def whole_state(directory: str | Path) -> dict[str, Any]:
     return state
 
 
+def hash_file(path: Path) -> dict[str, Any]:
+    """``{"sha256": hex, "size": bytes}`` of one file, as the manifest lists a shard."""
+    with path.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        size = handle.tell()
+    return {"sha256": digest, "size": size}
+
+
 def hash_files(directory: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
     """``{name: {"sha256": hex, "size": bytes}}`` of files in ``directory``, hashed in threads
     (hashlib releases the GIL). FileNotFoundError for a missing one."""
-
-    def one(name: str) -> tuple[str, dict[str, Any]]:
-        with (directory / name).open("rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            size = handle.tell()
-        return name, {"sha256": digest, "size": size}
-
     wanted = sorted(names)
     with ThreadPoolExecutor(min(_HASH_THREADS, max(len(wanted), 1))) as pool:
-        return dict(pool.map(one, wanted))
+        hashed = pool.map(lambda name: hash_file(directory / name), wanted)
+        return dict(zip(wanted, hashed, strict=True))
+
+
+def indexed_files(directory: Path) -> set[str]:
+    """The files of a sharded checkpoint as its DCP index (``.metadata``, in ``directory``)
+    names them, with the index and ``trainer.pt``: how a checkpoint that no manifest lists is
+    fetched from storage that cannot list a folder."""
+    metadata = dcp.FileSystemReader(str(directory)).read_metadata()
+    shards = {info.relative_path for info in (metadata.storage_data or {}).values()}
+    return {*shards, INDEX_NAME, META_NAME}
 
 
 def listing_sha256(files: Mapping[str, Mapping[str, Any]]) -> str:

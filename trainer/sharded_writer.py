@@ -1,16 +1,22 @@
 """When and where a sharded checkpoint is written (``--parallelism fsdp``): by every rank, its
-own shards, in the background, committed by rank 0 once all of them are out.
+own shards, in the background, committed by rank 0 once all of them are out, on whichever
+storage holds the run.
 
 A save (collective) copies this rank's shards of the model and optimizer state into a staging
 copy (DCP's own stager: reused buffers, pinned memory on CUDA) and hands it to a writer thread,
 so the loop waits only for that copy, as the DDP path's writer process does. The thread writes
-the shards with torch.distributed.checkpoint into the checkpoint's temporary directory, hashes
-the files it wrote, and gathers every rank's hashes to rank 0, which commits the directory
-through the store (``CheckpointStore.commit_sharded``: rename, manifest, retention). DCP's and
-our collectives run on a process group of their own (gloo), so a write in flight never
-interleaves with the training loop's collectives. At most one save is in flight; ``wait``
-blocks until it is committed (the next save, a stop, the end of training). A final save is
-written in the caller's thread.
+the shards with torch.distributed.checkpoint where the store says
+(``CheckpointStore.sharded_target``): on a root that is a directory here, straight into the
+checkpoint's temporary directory, then hashes the files it wrote; on any other storage, into a
+private spool directory of this machine, then uploads them through the run's storage, which
+hashes them on their way out (``trainer.sharded_transfer``). Every rank's hashes are gathered to
+rank 0, which commits through the store (``CheckpointStore.commit_sharded``: rename where there
+is one, manifest, retention). A rank whose hashing or upload failed says so in the gather, so
+the others never wait for it and nothing is committed. DCP's and our collectives run on a
+process group of their own (gloo), so a write in flight never interleaves with the training
+loop's collectives. At most one save is in flight; ``wait`` blocks until it is committed (the
+next save, a stop, the end of training) and raises a failure of the background write
+(``trainer.write_failure``). A final save is written in the caller's thread.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -29,10 +37,11 @@ from trainer.checkpoint import (
     CheckpointError,
     CheckpointStore,
     checkpoint_name,
-    sharded_staging_name,
 )
 from trainer.distributed import DistContext
 from trainer.sharded import hash_files
+from trainer.sharded_transfer import spooled, upload
+from trainer.write_failure import WriteFailure
 
 LOG = logging.getLogger("trainer")
 
@@ -42,14 +51,8 @@ class ShardedWriter:
     a process group, a collective)."""
 
     def __init__(self, store: CheckpointStore, ctx: DistContext, *, background: bool = True):
-        root = store.storage.local_directory()
-        if root is None:
-            raise CheckpointError(
-                f"--parallelism fsdp writes sharded checkpoints to a filesystem; "
-                f"{store.storage.location} is not one"
-            )
         self.store = store
-        self.root = root
+        self.root = store.storage.local_directory()  # None: the shards are uploaded
         self.ctx = ctx
         self.background = background
         self._group = dist.new_group(backend="gloo")
@@ -63,7 +66,7 @@ class ShardedWriter:
             )
         )
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._failure = WriteFailure()
         self.last_committed: CheckpointEntry | None = None  # rank 0 only
         self.last_mode: str | None = None
 
@@ -80,52 +83,48 @@ class ShardedWriter:
         ``meta``: the rest of the training state, on rank 0 (None elsewhere)."""
         self.wait()  # the previous save is committed and the staging copy free again
         name = checkpoint_name(epochs_completed, step_in_epoch, sharded=True)
-        staging = sharded_staging_name(name)
+        target = self.store.sharded_target(name)
         if self.ctx.is_main:
             # What a failed attempt left; no rank writes before rank 0 joins DCP's planning.
-            self.store.storage.delete(staging)
-        args = (meta, staging, epochs_completed, step_in_epoch)
+            self.store.prepare_sharded(name)
+        args = (meta, target, epochs_completed, step_in_epoch)
         if final or not self.background:
             self._write_and_commit(dict(state), *args)
             self.last_mode = "inline"
             return
         staged = self._stager.stage(dict(state))
         self._thread = threading.Thread(
-            target=self._in_background, args=(staged, *args), name="sharded-checkpoint-writer"
+            target=self._failure.run,
+            args=(partial(self._write_and_commit, staged, *args),),
+            name="sharded-checkpoint-writer",
         )
         self._thread.start()
         self.last_mode = "background"
-
-    def _in_background(self, state: dict[str, Any], *args: Any) -> None:
-        try:
-            self._write_and_commit(state, *args)
-        except BaseException as error:
-            self._error = error
 
     def _write_and_commit(
         self,
         state: dict[str, Any],
         meta: Mapping[str, Any] | None,
-        staging: str,
+        target: str,
         epochs: int,
         step: int,
     ) -> None:
-        directory = self.root / staging
-        dcp.save(state, checkpoint_id=str(directory), process_group=self._group)
-        # DCP names a rank's files __RANK_N.distcp; the rank that wrote them hashes them.
-        mine = hash_files(
-            directory,
-            [path.name for path in directory.glob(f"__{self.ctx.rank}_*") if path.is_file()],
-        )
+        if self.root is not None:
+            mine = self._write_in_place(state, self.root / target)
+        else:
+            mine = self._write_and_upload(state, target)
         gathered: list[Any] = [None] * self.ctx.world_size if self.ctx.is_main else []
         dist.gather_object(mine, gathered if self.ctx.is_main else None, 0, self._group)
+        failed = [report["error"] for report in gathered if "error" in report]
+        if "error" in mine or failed:
+            raise CheckpointError("; ".join(failed) or mine["error"])
         if not self.ctx.is_main:
             return
         assert meta is not None, "rank 0 saves the training state beside the shards"
         shards: dict[str, Any] = {}
-        for files in gathered:
-            shards.update(files)
-        entry = self.store.commit_sharded(staging, meta, shards, epochs, step)
+        for report in gathered:
+            shards.update(report["files"])
+        entry = self.store.commit_sharded(target, meta, shards, epochs, step)
         self.last_committed = entry
         LOG.info(
             "checkpoint committed: %s (%d files, %d bytes)",
@@ -134,6 +133,30 @@ class ShardedWriter:
             entry.size,
         )
 
+    def _write_in_place(self, state: dict[str, Any], directory: Path) -> dict[str, Any]:
+        """DCP writes into the checkpoint's temporary directory; this rank hashes its own files
+        (DCP names them __RANK_N.distcp). Returns this rank's report for the gather."""
+        dcp.save(state, checkpoint_id=str(directory), process_group=self._group)
+        try:
+            mine = [path.name for path in directory.glob(f"__{self.ctx.rank}_*") if path.is_file()]
+            return {"files": hash_files(directory, mine)}
+        except OSError as error:
+            return {"error": f"rank {self.ctx.rank} cannot hash its shards: {error}"}
+
+    def _write_and_upload(self, state: dict[str, Any], folder: str) -> dict[str, Any]:
+        """DCP writes into a spool directory of this rank's own (its shards; on rank 0 also
+        DCP's index), uploaded whole into ``folder``, then removed. Returns this rank's report
+        for the gather."""
+        with spooled("shards") as directory:
+            # Spool files need no fsync: a crash loses them either way, the upload is durable.
+            writer = dcp.FileSystemWriter(str(directory), sync_files=False)
+            dcp.save(state, storage_writer=writer, process_group=self._group)
+            try:
+                delay_s = self.store.commit_pause_s()
+                return {"files": upload(self.store.storage, folder, directory, delay_s=delay_s)}
+            except OSError as error:
+                return {"error": f"rank {self.ctx.rank} cannot upload its shards: {error}"}
+
     def in_flight(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -141,9 +164,7 @@ class ShardedWriter:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise CheckpointError(f"checkpoint write failed: {error}") from error
+        self._failure.raise_if_any()
 
     def close(self) -> None:
         """Wait for the save in flight (committed when this returns on rank 0)."""

@@ -9,13 +9,13 @@ a program outside this repository has no trainer/ to build.
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.environment_args import (
+from components.training_environment import TrainingEnvironment
+from settings.args import (
     CheckpointArgs,
     ImageArgs,
     JobArgs,
     TrainingEnvironmentArgs,
 )
-from components.training_environment import TrainingEnvironment
 
 config = pulumi.Config()
 # The program's own provider: the component uses it instead of creating one (its children

@@ -12,7 +12,7 @@ from cluster.kueue_plane import (
     local_queue,
     workload_priority_class,
 )
-from components.queue_state import KUEUE_GROUP, KUEUE_VERSION
+from readers.queue_state import KUEUE_GROUP, KUEUE_VERSION
 
 
 def test_kueue_admits_a_job_only_when_all_its_pods_can_be_ready(tmp_path: Path) -> None:

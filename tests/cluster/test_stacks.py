@@ -13,7 +13,7 @@ import pytest
 
 from cluster import stacks
 from cluster.stacks import CONTEXT, kube_context, names_registry, on_cluster, registry_notice
-from components.settings import PROJECT, load_stack_file
+from settings.stack import PROJECT, load_stack_file
 from tests.conftest import REPO_ROOT
 
 STACK_DIRS = (REPO_ROOT, REPO_ROOT / "tests" / "e2e")

@@ -11,9 +11,9 @@ import pytest
 
 from components import job_outcome
 from components.job_outcome import JobOutcome, JobOutcomeError, WaitTarget, duration
-from components.job_state import job_state
-from components.job_watch import WaitTimeoutError
-from components.settings import RUNNING_TIMEOUT_SECONDS, parse_settings
+from readers.job_state import job_state
+from readers.job_watch import WaitTimeoutError
+from settings.stack import RUNNING_TIMEOUT_SECONDS, parse_settings
 
 JOB = "digits"
 UNTOLERATED = (

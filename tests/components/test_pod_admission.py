@@ -12,10 +12,10 @@ import pytest
 from kubernetes.client import ApiException
 from urllib3.exceptions import MaxRetryError
 
-from components.job_apis import api_of_settings
-from components.manifests import pod_security_context
+from builders.job_apis import api_of_settings
+from builders.manifests import pod_security_context
 from components.pod_admission import PodAdmission, PodAdmissionError, whole_numbers
-from components.settings import StackSettings, load_stack_file, parse_settings
+from settings.stack import StackSettings, load_stack_file, parse_settings
 from tests.conftest import REPO_ROOT
 
 IMAGE = "registry.example.com/ml/trainer@sha256:" + "c" * 64

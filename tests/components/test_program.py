@@ -16,8 +16,8 @@ import pytest
 import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
-from components.manifests import FIELD_MANAGER, FIELD_MANAGER_ANNOTATION, docker_config
-from tests.components.k8s_rules import validate_manifest
+from builders.manifests import FIELD_MANAGER, FIELD_MANAGER_ANNOTATION, docker_config
+from tests.builders.k8s_rules import validate_manifest
 from tests.pulumi_harness import (
     REPO_ROOT,
     ProgramResult,

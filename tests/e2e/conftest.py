@@ -43,7 +43,7 @@ from pulumi.automation import EngineEvent
 from cluster.control_plane import ControlPlane, build_tools, create_hostpath_storage
 from cluster.real_node import RealNode
 from cluster.service import provider_versions
-from components.settings import PROJECT, StackSettings, load_stack_file
+from settings.stack import PROJECT, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
 from tests.containers import remove_images_for
 from tests.e2e.user_environment import SYSTEM_PATH, user_environment
@@ -67,8 +67,13 @@ PROJECT_FILES = (
     "requirements.txt",
     "requirements-dev.txt",
     "requirements-docs.txt",
+    "settings",
+    "builders",
+    "readers",
     "components",
     "trainer",
+    "machine",
+    "cluster",
     "tools",
     "scripts",
 )

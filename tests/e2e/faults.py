@@ -24,8 +24,8 @@ from typing import Any
 
 import psutil
 
-from components.manifests import resource_names
-from components.settings import PROJECT
+from builders.manifests import resource_names
+from settings.stack import PROJECT
 from tests.e2e.conftest import Cluster, Result, Stack, read_events
 from tools.pulumi_run import file_backend_dir, remove_torn_metadata, stack_state_dir
 

@@ -37,12 +37,12 @@ import pytest
 import torch
 import yaml
 
+from builders.manifests import resource_names
 from cluster.service import TAG, ClusterDir, Running, leftovers, mounts_under, running
 from cluster.stacks import on_cluster
-from components.manifests import resource_names
-from components.settings import PROJECT, load_stack_file
 from machine import procs
 from machine.ports import free_port
+from settings.stack import PROJECT, load_stack_file
 from tests.conftest import REPO_ROOT
 from tests.containers import remove_images_for
 from tests.e2e.conftest import PASSPHRASE, Cluster, Project, command_status

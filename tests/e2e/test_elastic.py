@@ -1,6 +1,6 @@
 """An elastic stack through the real engine and the real training operator: `make up` creates the
 PyTorchJob with its elasticPolicy exactly as the builder describes it, the operator's webhook
-admits it, and every pod it creates carries the environment `components.job_apis.pytorchjob`
+admits it, and every pod it creates carries the environment `builders.job_apis.pytorchjob`
 computes (the local runner's emulation of elastic jobs, checked against the operator itself)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from components.job_apis.pytorchjob import (
+from builders.job_apis.pytorchjob import (
     injected_env,
     pytorchjob_manifest,
     replica_pods,
     training_container,
 )
-from components.settings import StackSettings
+from settings.stack import StackSettings
 from tests.e2e.conftest import Cluster, Project, Stack
 from tests.support.waiting import wait_until
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from components.manifests import resource_names
-from components.settings import PROJECT
+from builders.manifests import resource_names
+from settings.stack import PROJECT
 from tests.e2e.conftest import Cluster, Project, Stack
 from tests.e2e.faults import (
     CLAIM_TYPE,

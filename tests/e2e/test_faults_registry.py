@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from builders.manifests import resource_names
 from components.build_leftovers import Engine, Leftovers
-from components.manifests import resource_names
 from components.training_image import context_tag
 from tests.containers import (
     Registry,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from components.manifests import resource_names
+from builders.manifests import resource_names
 from components.training_image import context_tag
 from tests.containers import (
     Registry,

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from components.job_apis.pytorchjob import API as PYTORCHJOB
-from components.settings import StackSettings
+from builders.job_apis.pytorchjob import API as PYTORCHJOB
+from settings.stack import StackSettings
 from tests.e2e.conftest import Cluster, Project, Result, Stack, command_status
 from tests.support.waiting import wait_until
 

@@ -35,9 +35,9 @@ import pytest
 import torch
 import yaml
 
+from builders.manifests import resource_names
 from cluster.real_node import RealNode
-from components.manifests import resource_names
-from components.settings import PROJECT, TRAINER_UID, StackSettings
+from settings.stack import PROJECT, TRAINER_UID, StackSettings
 from tests.conftest import REPO_ROOT
 from tests.containers import build_base_image, docker_api
 from tests.e2e.conftest import (

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pydantic.alias_generators import to_camel
 
-from components.settings import TOP_LEVEL_KEYS
 from components.training_environment import StackOutputs
+from settings.stack import TOP_LEVEL_KEYS
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import Project
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
+from builders.job_apis.pytorchjob import API as PYTORCHJOB
+from builders.job_apis.trainjob import API as TRAINJOB_API
 from cluster.control_plane import ControlPlane
 from cluster.kueue_plane import cluster_queue, create_queue_object, local_queue
-from components.conditions import conditions_by_type, is_true
-from components.job_apis.pytorchjob import API as PYTORCHJOB
-from components.job_apis.trainjob import API as TRAINJOB_API
-from components.queue_state import (
+from readers.conditions import conditions_by_type, is_true
+from readers.queue_state import (
     JOB_UID_LABEL,
     KUEUE_GROUP,
     KUEUE_VERSION,

@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from builders.manifests import READER_MANAGER, resource_names
 from cluster.control_plane import ControlPlane
 from cluster.kueue_plane import (
     cluster_queue,
@@ -41,8 +42,7 @@ from cluster.kueue_plane import (
     workload_priority_class,
 )
 from cluster.real_node import POD_SECURITY_ENFORCE, RealNode
-from components.manifests import READER_MANAGER, resource_names
-from components.queue_state import (
+from readers.queue_state import (
     JOB_UID_LABEL,
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -50,7 +50,7 @@ from components.queue_state import (
     WORKLOAD_PLURAL,
     newest_workload,
 )
-from components.settings import PROJECT, TRAINER_GID, TRAINER_UID, StackSettings
+from settings.stack import PROJECT, TRAINER_GID, TRAINER_UID, StackSettings
 from tests.conftest import committed_epochs
 from tests.containers import build_base_image, engine_env, podman, run_script
 from tests.e2e.conftest import (
@@ -570,11 +570,13 @@ def test_an_s3_stack_trains_into_its_bucket_resumes_from_it_and_destroy_leaves_i
     tmp_path: Path,
 ) -> None:
     """The suite's S3 server (tools/s3_server.py) on this machine's loopback, which the pods reach
-    at the node's address: no claim; the trainer creates the bucket, trains into it, and after a
-    deleted worker pod (the operator makes a new one) resumes from it to the claim run's weights;
-    `make checkpoint` copies from the bucket here, with the key and endpoint a user exports;
-    destroy leaves the data. (The claim's resume on real pods: the preemption and destroy-and-up
-    scenarios.)"""
+    at the node's address: no claim; the trainer creates the bucket and trains a sharded model
+    (FSDP) into it, each rank uploading its own shards, and after a deleted worker pod (the
+    operator makes a new one) resumes from them to the end; `make checkpoint` copies the sharded
+    checkpoint from the bucket here, every file verified, with the key and endpoint a user
+    exports; destroy leaves the data. (The claim's resume on real pods, bit for bit: the
+    preemption and destroy-and-up scenarios; FSDP's bitwise and resharded resumes from a bucket:
+    tests/trainer/storage/test_s3_fsdp.py.)"""
     port = int(s3_server.url.rpartition(":")[2])
     pods_endpoint = node.expose_to_pods(port)
     here = {
@@ -622,13 +624,13 @@ def test_an_s3_stack_trains_into_its_bucket_resumes_from_it_and_destroy_leaves_i
         assert f"resuming from {root}/" in kube.log(f"{job.name}-master-0")
         newest = CheckpointStore(root).manifest()[-1]
         assert newest.epochs_completed == job.total_epochs
-        if UNINTERRUPTED:  # the claim stack's run: the same job, so the same weights
-            assert describe(root)["model_sha256"] == UNINTERRUPTED["model_sha256"]
+        assert newest.files is not None and newest.world_size == job.nodes  # every rank's shards
+        described = describe(root)  # its shards, consolidated into the whole model
+        assert (described["layout"], described["world_size"]) == ("sharded", job.nodes)
 
         done = stack.checkpoint(tmp_path / "out")
         assert done.returncode == 0, done.stdout + done.stderr
-        copied = tmp_path / "out" / newest.file
-        assert hashlib.sha256(copied.read_bytes()).hexdigest() == newest.sha256
+        CheckpointStore(tmp_path / "out").verify(newest)  # every file, by its sha256
         assert reader_pods(kube) == []
 
         stack.destroy()

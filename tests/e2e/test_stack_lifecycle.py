@@ -26,15 +26,15 @@ from typing import Any
 
 import pytest
 
-from components.job_apis import JobApi, job_api
-from components.job_apis.pytorchjob import injected_env, replica_pods, training_container
-from components.manifests import (
+from builders.job_apis import JobApi, job_api
+from builders.job_apis.pytorchjob import injected_env, replica_pods, training_container
+from builders.manifests import (
     READER_MANAGER,
     checkpoint_claim_manifest,
     registry_secret_manifest,
     resource_names,
 )
-from components.settings import PROJECT, StackSettings
+from settings.stack import PROJECT, StackSettings
 from tests.e2e.conftest import (
     REGISTRY_PASSWORD,
     Cluster,

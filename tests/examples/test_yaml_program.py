@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from components.settings import TOP_LEVEL_KEYS
+from settings.stack import TOP_LEVEL_KEYS
 from tests.conftest import REPO_ROOT
 from tests.examples.test_platform_program import SAME_SETTINGS
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from components.settings import TRAINER_GID, TRAINER_UID
 from machine.ports import free_port
+from settings.stack import TRAINER_GID, TRAINER_UID
 from tests.containers import podman, run_container
 from tools.local_backends.container import give_to_fs_group
 

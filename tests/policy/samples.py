@@ -1,6 +1,6 @@
 """Hand-written compliant resources in the shapes pulumi-kubernetes registers, for rule tests.
 
-Written independently of components/manifests.py on purpose: the rules are checked against the
+Written independently of builders/manifests.py on purpose: the rules are checked against the
 Kubernetes/Kubeflow shapes themselves here, and against the real program in
 test_program_passes.py. Each builder returns a fresh dict that a test mutates into a violation.
 """

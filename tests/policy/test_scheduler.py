@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.manifests import KUEUE_QUEUE_LABEL, RUNAI_QUEUE_LABEL
+from builders.manifests import KUEUE_QUEUE_LABEL, RUNAI_QUEUE_LABEL
 from policy.rules.model import PYTORCHJOB_TYPE, TRAINJOB_TYPE, UNKNOWN
 from policy.rules.scheduler import QUEUE_LABELS, job_names_a_queue, runai_scheduler
 from tests.policy import samples

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.settings import RegistrySettings, load_stack_file
-from tests.components.k8s_rules import validate_manifest
+from settings.stack import RegistrySettings, load_stack_file
+from tests.builders.k8s_rules import validate_manifest
 from tests.conftest import REPO_ROOT
 from tools.render import PLACEHOLDER_DIGEST, render
 

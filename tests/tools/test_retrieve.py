@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.job_apis.pytorchjob import API as PYTORCHJOB
-from components.settings import TRAINER_GID, TRAINER_UID, parse_settings
+from builders.job_apis.pytorchjob import API as PYTORCHJOB
+from settings.stack import TRAINER_GID, TRAINER_UID, parse_settings
 from tests.conftest import REPO_ROOT
 from tools.retrieve import (
     Reader,
@@ -664,6 +664,24 @@ def test_a_bucket_run_is_copied_and_verified_from_this_machine(
     assert len(older.paths) == 1 and older.paths[0].is_file()
     every = copy_from_storage(root, tmp_path / "all", every=True, say=said.append)
     assert len(every.paths) == 2  # what the trainer's retention (--keep 2) left
+
+
+def test_a_sharded_checkpoint_in_the_bucket_is_copied_whole_and_verified(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    """FSDP's checkpoints are folders of objects: every file the manifest lists comes over, and
+    the copy verifies as a checkpoint of this machine's filesystem."""
+    from tests.trainer.conftest import fake_sharded_commit
+    from tools.retrieve import copy_from_storage
+    from trainer.checkpoint import CheckpointStore
+
+    root = f"s3://{s3_bucket}/runs/fsdp"
+    entry = fake_sharded_commit(CheckpointStore(root), 2)
+    copied = copy_from_storage(root, tmp_path / "out", say=lambda line: None)
+    assert copied.verified and copied.paths == [tmp_path / "out" / entry.file]
+    assert entry.files is not None
+    assert sorted(path.name for path in copied.paths[0].iterdir()) == sorted(entry.files)
+    CheckpointStore(tmp_path / "out").verify(entry)
 
 
 def test_a_damaged_object_in_the_bucket_is_refused_by_its_sha256(

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from components.job_apis.pytorchjob import pytorchjob_manifest
-from components.settings import SettingsError, load_stack_file
+from builders.job_apis.pytorchjob import pytorchjob_manifest
 from machine import procs
+from settings.stack import SettingsError, load_stack_file
 from tests.conftest import REPO_ROOT, committed_epochs, wait_for_runner
 from tests.tools.conftest import overrides
 from tools.run_local import LocalRunError, apply_overrides

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.settings import load_stack_file
+from settings.stack import load_stack_file
 from tests.conftest import REPO_ROOT
 from tools.local_backends.container import DEFAULT_IMAGE
 from tools.stack_image import build_arguments, main

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.job_state import job_state
+from readers.job_state import job_state
 from tests.conftest import REPO_ROOT
 from tools.status import NOT_FOUND, RUNNING, main, outcome_code
 
@@ -20,7 +20,7 @@ def test_a_missing_stack_file_is_one_line_and_exit_code_2(
 ) -> None:
     assert main(["--stack", "nope", "--stack-dir", str(tmp_path)], out=io.StringIO()) == NOT_FOUND
     err = capsys.readouterr().err
-    # The settings' own words (components/settings.py), as every tool says them.
+    # The settings' own words (settings/stack.py), as every tool says them.
     assert err.startswith("error: stack 'nope': no stack file "), err
     assert len(err.strip().splitlines()) == 1
 

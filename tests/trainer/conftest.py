@@ -19,20 +19,20 @@ from typing import Any
 import pytest
 import torch
 
+from machine import procs
+from machine.ports import free_port
 from tests.conftest import REPO_ROOT
 from tests.support import waiting
-from tools import procs
-from tools.ports import free_port
 from trainer.checkpoint import (
     CheckpointEntry,
     CheckpointError,
     CheckpointStore,
     checkpoint_name,
     describe,
-    sharded_staging_name,
 )
 from trainer.checkpoint_schema import TrainingCheckpoint
 from trainer.sharded import hash_files
+from trainer.sharded_transfer import spooled, upload
 
 PYTHON = sys.executable
 TORCHRUN = (str(Path(sys.executable).with_name("torchrun")),)
@@ -216,17 +216,24 @@ def fake_state(value: float, epochs: int) -> dict[str, Any]:
 
 def fake_sharded_commit(store: CheckpointStore, epochs: int, shards: int = 2) -> CheckpointEntry:
     """A committed sharded checkpoint with stand-in shard files (no DCP): what the ranks
-    leave before rank 0 commits (their files, hashed by each, and DCP's
-    index, hashed by nobody), then the commit."""
+    leave before rank 0 commits, then the commit. On a directory: their files in the
+    temporary directory, hashed by each, and DCP's index, hashed by nobody; on other storage:
+    every file uploaded under the checkpoint's name, the index by rank 0."""
     name = checkpoint_name(epochs, 0, sharded=True)
-    staging = store.storage.local_directory() / sharded_staging_name(name)
-    staging.mkdir()
-    for rank in range(shards):
-        (staging / f"__{rank}_0.distcp").write_bytes(bytes([epochs, rank]) * 100)
-    (staging / ".metadata").write_bytes(b"index")
-    hashed = hash_files(staging, [f"__{rank}_0.distcp" for rank in range(shards)])
+    target = store.prepare_sharded(name)
+    ranks = [f"__{rank}_0.distcp" for rank in range(shards)]
+    root = store.storage.local_directory()
+    with spooled("test-shards") as written:
+        for rank, file in enumerate(ranks):
+            (written / file).write_bytes(bytes([epochs, rank]) * 100)
+        (written / ".metadata").write_bytes(b"index")
+        if root is not None:
+            shutil.copytree(written, root / target)
+            hashed = hash_files(root / target, ranks)
+        else:
+            hashed = upload(store.storage, target, written)
     state = TrainingCheckpoint({}, epochs, shards, "abc", format_version=3).to_state()
-    return store.commit_sharded(staging.name, state, hashed, epochs, 0)
+    return store.commit_sharded(target, state, hashed, epochs, 0)
 
 
 def inspect(directory: Path) -> dict:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from machine.ports import free_port
 from tests.conftest import REPO_ROOT
 from tests.trainer.conftest import PYTHON, TIMEOUT_S, inspect, trainer_env
-from tools.ports import free_port
 
 ENTRYPOINT = REPO_ROOT / "trainer" / "entrypoint.sh"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from machine.ports import free_port
 from tests.trainer.conftest import (
     LAUNCH,
     SAVE_EVERY,
@@ -22,7 +23,6 @@ from tests.trainer.conftest import (
     run_trainer,
     wait_until,
 )
-from tools.ports import free_port
 from trainer.checkpoint import CheckpointError
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
 from trainer.cli import EXIT_PEER_LOST, UsageError, parse_config

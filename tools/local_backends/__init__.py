@@ -11,12 +11,27 @@ and are run by the same supervisor (tools/supervisor.py). A new backend implemen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from components.settings import StackSettings
+    from settings.stack import StackSettings
     from tools.supervisor import ReplicaCommand
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """Where the pods of one local run meet and keep their data, whichever backend runs them:
+    the namespace their environment names, the checkpoint claim's local directory, the
+    rendezvous port on this machine, the TrainingRuntime a TrainJob runs on (where the stack
+    declares it), and the local directory of each `job.volumes` claim (claim -> directory)."""
+
+    namespace: str
+    checkpoint_root: Path
+    master_port: int
+    runtime: Mapping[str, Any] | None = None
+    data_dirs: Mapping[str, Path] = field(default_factory=dict)
 
 
 class LocalBackend(Protocol):
@@ -36,18 +51,9 @@ class LocalBackend(Protocol):
         ...
 
     def replica_commands(
-        self,
-        job: Mapping[str, Any],
-        *,
-        namespace: str,
-        checkpoint_root: Path,
-        master_port: int,
-        runtime: Mapping[str, Any] | None = None,
-        data_dirs: Mapping[str, Path] | None = None,
+        self, job: Mapping[str, Any], plan: ReplicaPlan
     ) -> tuple[list[ReplicaCommand], list[str]]:
-        """One command per pod, for the supervisor, and notices of what has no local meaning;
-        `data_dirs` are the local directories of the `job.volumes` claims (claim -> directory),
-        the checkpoint claim's is `checkpoint_root`."""
+        """One command per pod, for the supervisor, and notices of what has no local meaning."""
         ...
 
     def rendezvous(self, job: Mapping[str, Any], master_port: int) -> str:

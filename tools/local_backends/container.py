@@ -47,11 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.job_apis import api_of_job
-from components.settings import StackSettings
+from builders.job_apis import api_of_job
 from machine.containers import DEFAULT_IMAGE, engine_environment
 from machine.ports import LOOPBACK
-from tools.local_backends import pods
+from settings.stack import StackSettings
+from tools.local_backends import ReplicaPlan, pods
 from tools.supervisor import REPLICA_TAG, ReplicaCommand
 
 ENGINES = ("podman", "docker")
@@ -195,17 +195,13 @@ def give_to_fs_group(directory: Path, group: int) -> None:
 
 def replica_commands(
     job: Mapping[str, Any],
+    plan: ReplicaPlan,
     *,
     engine: Engine,
     image: str,
-    namespace: str,
-    checkpoint_root: Path,
-    master_port: int,
     run: str,
     workdir: Path,
     extra_env: Mapping[str, str] | None = None,
-    runtime: Mapping[str, Any] | None = None,
-    data_dirs: Mapping[str, Path] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
     """One `<engine> run` per pod, each with the teardown that removes its container.
 
@@ -213,8 +209,10 @@ def replica_commands(
     environment: a local addition, e.g. a trainer test hook, never something a pod would get.
     A variable from a Secret (`job.secretEnv`) is passed by name only (`--env NAME`): the engine
     gives the container its own environment's value, which never appears on a command line.
-    Each claim is bound to its local directory (`data_dirs`, else the checkpoint root),
-    read-only where the pod mounts it so."""
+    Each claim is bound to its local directory (the plan's `data_dirs`, else the checkpoint
+    root), read-only where the pod mounts it so."""
+    namespace, checkpoint_root, master_port = plan.namespace, plan.checkpoint_root, plan.master_port
+    runtime, data_dirs = plan.runtime, plan.data_dirs
     commands: list[ReplicaCommand] = []
     notices: list[str] = []
     api = api_of_job(job)
@@ -345,14 +343,7 @@ class ContainerBackend:
             )
 
     def replica_commands(
-        self,
-        job: Mapping[str, Any],
-        *,
-        namespace: str,
-        checkpoint_root: Path,
-        master_port: int,
-        runtime: Mapping[str, Any] | None = None,
-        data_dirs: Mapping[str, Path] | None = None,
+        self, job: Mapping[str, Any], plan: ReplicaPlan
     ) -> tuple[list[ReplicaCommand], list[str]]:
         """The replicas as containers of the image, run by the engine with the host's
         environment plus this project's podman configuration."""
@@ -366,16 +357,12 @@ class ContainerBackend:
             )
         commands, notices = replica_commands(
             job,
+            plan,
             engine=engine,
             image=self.image,
-            namespace=namespace,
-            checkpoint_root=checkpoint_root,
-            master_port=master_port,
             run=run_id(),
             workdir=self._repo_root,
             extra_env=self._extra_env,
-            runtime=runtime,
-            data_dirs=data_dirs,
         )
         return [dataclasses.replace(c, env=engine_env) for c in commands], notices
 

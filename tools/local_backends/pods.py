@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.job_apis import PodRole, api_of_job
+from builders.job_apis import PodRole, api_of_job
 
 _FIELD_REFS = ("metadata.name", "metadata.namespace")
 # The host's own launcher variables would leak into the replicas and confuse torchrun.

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.job_apis import api_of_job
-from components.setting_values import APP_DIR
-from components.settings import TRAINER_CONTEXT, StackSettings
+from builders.job_apis import api_of_job
 from machine.ports import LOOPBACK
-from tools.local_backends import pods
+from settings.stack import TRAINER_CONTEXT, StackSettings
+from settings.values import APP_DIR
+from tools.local_backends import ReplicaPlan, pods
 from tools.local_backends.pods import host_environment
 from tools.supervisor import ReplicaCommand
 
@@ -93,20 +93,16 @@ def elastic_local_env(env: Mapping[str, str], hosts: bool) -> dict[str, str]:
 
 def replica_commands(
     job: Mapping[str, Any],
+    plan: ReplicaPlan,
     *,
-    namespace: str,
-    checkpoint_root: Path,
     repo_root: Path,
-    master_port: int,
     visible_devices: Sequence[str],
-    runtime: Mapping[str, Any] | None = None,
     code_dir: Path | None = None,
-    data_dirs: Mapping[str, Path] | None = None,
 ) -> tuple[list[ReplicaCommand], list[str]]:
-    """One local process tree per pod of the job (`runtime`: the TrainingRuntime a TrainJob
-    runs on, where the stack declares it; `code_dir`: the image's code on disk when it is not
-    the trainer's, `image.context`; `data_dirs`: the local directory of each `job.volumes`
-    claim)."""
+    """One local process tree per pod of the job (`code_dir`: the image's code on disk when it
+    is not the trainer's, `image.context`)."""
+    namespace, checkpoint_root, master_port = plan.namespace, plan.checkpoint_root, plan.master_port
+    runtime, data_dirs = plan.runtime, plan.data_dirs
     api = api_of_job(job)
     elastic = api.is_elastic(job)
     commands: list[ReplicaCommand] = []
@@ -162,25 +158,14 @@ class ProcessBackend:
         """Every job the builders make runs as processes, elastic ones included."""
 
     def replica_commands(
-        self,
-        job: Mapping[str, Any],
-        *,
-        namespace: str,
-        checkpoint_root: Path,
-        master_port: int,
-        runtime: Mapping[str, Any] | None = None,
-        data_dirs: Mapping[str, Path] | None = None,
+        self, job: Mapping[str, Any], plan: ReplicaPlan
     ) -> tuple[list[ReplicaCommand], list[str]]:
         return replica_commands(
             job,
-            namespace=namespace,
-            checkpoint_root=checkpoint_root,
+            plan,
             repo_root=self._repo_root,
-            master_port=master_port,
             visible_devices=self._visible_devices,
-            runtime=runtime,
             code_dir=self._code_dir,
-            data_dirs=data_dirs,
         )
 
     def rendezvous(self, job: Mapping[str, Any], master_port: int) -> str:

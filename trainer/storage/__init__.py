@@ -42,6 +42,15 @@ from typing import Protocol
 # The scheme of a root that names one: `s3://bucket/prefix` -> `s3`; a path has none.
 _SCHEME = re.compile(r"^(?P<scheme>[a-z][a-z0-9]*)://")
 FILE_SCHEME = "file"
+# Where copies on this machine of objects that are not files here go (downloads for a reader,
+# sharded checkpoints on their way to or from the storage); unset: the system's temporary
+# directory.
+SPOOL_DIR_ENV = "TRAINER_SPOOL_DIR"
+
+
+def spool_directory() -> str | None:
+    """The directory for local copies of objects (``SPOOL_DIR_ENV``), None for the default."""
+    return os.environ.get(SPOOL_DIR_ENV) or None
 
 
 class StorageError(OSError):

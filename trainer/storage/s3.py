@@ -43,10 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.storage import RunStorage, Sink, StorageError, Written
+from trainer.storage import RunStorage, Sink, StorageError, Written, spool_directory
 
 URL_PREFIX = "s3://"
-SPOOL_DIR_ENV = "TRAINER_SPOOL_DIR"
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 # A multipart upload's parts: S3 wants at least 5 MiB for every part but the last, and at most
 # 10,000 parts, so 64 MiB parts carry objects up to 625 GiB. At most PARTS_IN_FLIGHT go out at
@@ -314,8 +313,7 @@ class S3Storage(RunStorage):
 
     @contextlib.contextmanager
     def local_file(self, name: str) -> Iterator[Path]:
-        spool = os.environ.get(SPOOL_DIR_ENV) or None
-        with tempfile.NamedTemporaryFile(prefix=".download-", dir=spool) as copy:
+        with tempfile.NamedTemporaryFile(prefix=".download-", dir=spool_directory()) as copy:
             with _as_os_errors(self.location_of(name)):
                 _client().download_fileobj(self.bucket, self._key(name), copy)
             copy.flush()

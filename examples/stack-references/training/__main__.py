@@ -10,14 +10,14 @@ preview` does too, so the preview shows every object.
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.environment_args import (
+from components.training_environment import TrainingEnvironment
+from settings.args import (
     CheckpointArgs,
     ImageArgs,
     JobArgs,
     RegistryArgs,
     TrainingEnvironmentArgs,
 )
-from components.training_environment import TrainingEnvironment
 
 config = pulumi.Config()
 platform = pulumi.StackReference(config.require("clusterStack"))

@@ -1,4 +1,4 @@
-"""The policy pack's view of each job API: one module per API, as components/job_apis has for the
+"""The policy pack's view of each job API: one module per API, as builders/job_apis has for the
 program (the pack runs in its own interpreter and imports nothing of the program).
 
 Each module has a `VIEW`: the job's Pulumi resource type, its training container's name, where

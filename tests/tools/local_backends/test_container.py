@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from components.job_apis import api_of_settings
-from components.settings import TRAINER_GID, TRAINER_UID, load_stack_file
+from builders.job_apis import api_of_settings
+from settings.stack import TRAINER_GID, TRAINER_UID, load_stack_file
 from tests.conftest import REPO_ROOT
-from tools.local_backends import container
+from tools.local_backends import ReplicaPlan, container
 from tools.local_backends.container import (
     ContainerBackendError,
     fs_group,
@@ -32,14 +32,11 @@ def argv_of(stack: str, tmp_path: Path, **job: object) -> list[list[str]]:
     manifest, runtime = api.job_manifest(settings, image="img"), api.runtime_manifest(settings)
     commands, _ = container.replica_commands(
         manifest,
+        ReplicaPlan("default", tmp_path, 4321, runtime),
         engine=container.Engine("podman"),
         image="img",
-        namespace="default",
-        checkpoint_root=tmp_path,
-        master_port=4321,
         run="r",
         workdir=tmp_path,
-        runtime=runtime,
     )
     return [command.argv for command in commands]
 
@@ -132,7 +129,7 @@ def test_a_root_this_user_may_not_give_away_is_one_line_saying_what_to_do(
 def test_data_claims_are_bound_read_only_and_secrets_passed_by_name_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from components.settings import REDACTED
+    from settings.stack import REDACTED
 
     monkeypatch.setenv("HF_TOKEN", "hf_never-on-a-command-line")
     settings = load_stack_file("digits", REPO_ROOT)
@@ -141,14 +138,13 @@ def test_data_claims_are_bound_read_only_and_secrets_passed_by_name_only(
     manifest = api_of_settings(settings).job_manifest(settings, image="img")
     commands, notices = container.replica_commands(
         manifest,
+        ReplicaPlan(
+            "default", tmp_path / "claim", 4321, data_dirs={"digits-data": tmp_path / "data"}
+        ),
         engine=container.Engine("podman"),
         image="img",
-        namespace="default",
-        checkpoint_root=tmp_path / "claim",
-        master_port=4321,
         run="r",
         workdir=tmp_path,
-        data_dirs={"digits-data": tmp_path / "data"},
     )
     assert notices == []
     for command in commands:

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from components.job_apis.pytorchjob import pytorchjob_manifest
-from components.settings import ElasticSettings, StackSettings, load_stack_file
+from builders.job_apis.pytorchjob import pytorchjob_manifest
+from settings.stack import ElasticSettings, StackSettings, load_stack_file
 from tests.conftest import REPO_ROOT
 from tests.tools.conftest import overrides
+from tools.local_backends import ReplicaPlan
 from tools.local_backends.process import choose_devices, replica_commands
 from tools.run_local import apply_overrides
 from tools.supervisor import ReplicaCommand
@@ -27,12 +28,7 @@ WORKER = f"{JOB}-worker-0"
 def two_pods_on_the_cpu(job: dict[str, Any], claim: Path) -> tuple[list[ReplicaCommand], list[str]]:
     """The dev stack's 2 pods as local processes, the rendezvous on port 4321."""
     return replica_commands(
-        job,
-        namespace="default",
-        checkpoint_root=claim,
-        repo_root=REPO_ROOT,
-        master_port=4321,
-        visible_devices=["", ""],
+        job, ReplicaPlan("default", claim, 4321), repo_root=REPO_ROOT, visible_devices=["", ""]
     )
 
 
@@ -156,13 +152,12 @@ def test_your_own_command_runs_in_its_directory_with_the_contract_mapped_here(
 
     commands, notices = replica_commands(
         job,
-        namespace="default",
-        checkpoint_root=tmp_path / "claim",
+        ReplicaPlan(
+            "default", tmp_path / "claim", 4321, data_dirs={"digits-data": tmp_path / "data"}
+        ),
         repo_root=REPO_ROOT,
-        master_port=4321,
         visible_devices=["", ""],
         code_dir=code,
-        data_dirs={"digits-data": tmp_path / "data"},
     )
 
     assert notices == []
@@ -184,10 +179,8 @@ def test_paths_in_your_images_code_directory_map_to_your_directory(tmp_path: Pat
 
     commands, _ = replica_commands(
         job,
-        namespace="default",
-        checkpoint_root=tmp_path,
+        ReplicaPlan("default", tmp_path, 4321),
         repo_root=REPO_ROOT,
-        master_port=4321,
         visible_devices=["", ""],
         code_dir=code,
     )
@@ -199,10 +192,8 @@ def test_paths_in_your_images_code_directory_map_to_your_directory(tmp_path: Pat
     )
     trainer_commands, _ = replica_commands(
         trainer,
-        namespace="default",
-        checkpoint_root=tmp_path,
+        ReplicaPlan("default", tmp_path, 4321),
         repo_root=REPO_ROOT,
-        master_port=4321,
         visible_devices=["", ""],
         code_dir=code,
     )
@@ -213,7 +204,7 @@ def test_paths_in_your_images_code_directory_map_to_your_directory(tmp_path: Pat
 def test_a_secret_variable_comes_from_this_users_environment_or_is_said_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from components.settings import REDACTED
+    from settings.stack import REDACTED
 
     settings = digits_on_the_cpu(secret_env={"HF_TOKEN": REDACTED})
     job = pytorchjob_manifest(settings, image="local")
@@ -221,10 +212,8 @@ def test_a_secret_variable_comes_from_this_users_environment_or_is_said_missing(
     def commands() -> tuple[list[ReplicaCommand], list[str]]:
         return replica_commands(
             job,
-            namespace="default",
-            checkpoint_root=tmp_path,
+            ReplicaPlan("default", tmp_path, 4321),
             repo_root=REPO_ROOT,
-            master_port=4321,
             visible_devices=["", ""],
         )
 
