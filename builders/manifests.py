@@ -269,10 +269,11 @@ def checkpoint_claim_manifest(settings: StackSettings) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class TrainerArgument:
-    """One argument of the trainer's command line and the stack setting it carries: declared
-    here once, for the pods' args (:func:`trainer_args`) and for naming the setting when the
-    trainer refuses its value (the local runner's preflight). tests/builders/test_manifests.py
-    holds each one to the trainer's own parser (trainer/cli.py).
+    """One argument of the trainer's command line and the stack setting it carries, for the
+    pods' args (:func:`trainer_args`) and for naming the setting when the trainer refuses its
+    value (the local runner's preflight): a job setting's from its field's `TrainerFlag`
+    (settings/stack.py), the few the stack derives declared below. tests/builders/
+    test_manifests.py holds each one to the trainer's own parser (trainer/cli.py).
 
     ``field``: the trainer's TrainConfig field it sets; ``flag``: its flag (None: a positional,
     in TRAINER_ARGUMENTS' order); ``setting``: the stack key, as a person writes it;

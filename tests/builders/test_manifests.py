@@ -13,9 +13,8 @@ import kubernetes_validate
 import pulumi
 import pytest
 
-from builders.job_apis.pytorchjob import CONTAINER_NAME, MASTER_PORT, pytorchjob_manifest
+from builders.job_apis.pytorchjob import pytorchjob_manifest
 from builders.manifests import (
-    ENTRYPOINT,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
     READER_MANAGER,
@@ -45,25 +44,9 @@ from settings.stack import (
 )
 from settings.values import Parallelism
 from tests.builders.k8s_rules import restricted_violations, validate_manifest
+from tests.builders.stack_settings import IMAGE, container, replicas, settings_for
 from trainer.cli import PARALLELISMS, parse_config
 from trainer.storage.s3 import S3Storage
-
-IMAGE = "registry.example.com/ml/trainer@sha256:" + "b" * 64
-
-
-def settings_for(**sections: Any) -> StackSettings:
-    values: dict[str, Any] = {"image": {"repository": "registry.example.com/ml/trainer"}}
-    values.update(sections)
-    return parse_settings(values, password=None)
-
-
-def replicas(manifest: dict[str, Any]) -> dict[str, Any]:
-    return manifest["spec"]["pytorchReplicaSpecs"]
-
-
-def container(manifest: dict[str, Any], replica_type: str = "Master") -> dict[str, Any]:
-    [only] = replicas(manifest)[replica_type]["template"]["spec"]["containers"]
-    return only
 
 
 def test_resource_names() -> None:
@@ -76,127 +59,6 @@ def test_resource_names() -> None:
         )
     )
     assert (existing.claim, existing.pull_secret) == ("shared-ckpt", "pytorch-ddp-registry")
-
-
-def test_tutorial_job_shape() -> None:
-    settings = settings_for()
-    manifest = pytorchjob_manifest(settings, image=IMAGE)
-    assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
-    assert manifest["metadata"]["name"] == "pytorch-ddp"
-    assert manifest["metadata"]["namespace"] == "default"
-    assert manifest["spec"]["nprocPerNode"] == "1"
-    assert set(replicas(manifest)) == {"Master", "Worker"}
-    assert replicas(manifest)["Master"]["replicas"] == 1
-    assert replicas(manifest)["Worker"]["replicas"] == 1
-    for replica_type in ("Master", "Worker"):
-        replica = replicas(manifest)[replica_type]
-        assert replica["restartPolicy"] == "ExitCode"
-        pod = replica["template"]["spec"]
-        assert pod["terminationGracePeriodSeconds"] >= 60
-        main = container(manifest, replica_type)
-        assert main["name"] == CONTAINER_NAME == "pytorch"
-        assert main["image"] == IMAGE
-        assert main["command"] == [ENTRYPOINT]
-        assert main["args"] == [
-            "--max-restarts",
-            "0",
-            "--",
-            "--batch_size",
-            "32",
-            "100",
-            "25",
-            "--checkpoint-dir",
-            "/checkpoints/pytorch-ddp",
-            "--dataset-size",
-            "2048",
-        ]
-        assert {"name": "pytorchjob-port", "containerPort": MASTER_PORT, "protocol": "TCP"} in main[
-            "ports"
-        ]
-        env = {item["name"]: item["value"] for item in main["env"]}
-        assert env["PYTHONUNBUFFERED"] == "1"
-        assert env["OMP_NUM_THREADS"] == "4"
-        assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
-        assert main["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
-        mounts = {mount["mountPath"]: mount["name"] for mount in main["volumeMounts"]}
-        volumes = {volume["name"]: volume for volume in pod["volumes"]}
-        claim_volume = volumes[mounts["/checkpoints"]]
-        assert claim_volume["persistentVolumeClaim"] == {"claimName": "pytorch-ddp-checkpoints"}
-        assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
-        assert "imagePullSecrets" not in pod
-        assert "schedulerName" not in pod
-        assert "affinity" not in pod
-    # ExitCode's retries are bounded by the deadline alone (the operator ignores backoffLimit).
-    assert manifest["spec"]["runPolicy"] == {
-        "backoffLimit": 3,
-        "cleanPodPolicy": "Running",
-        "activeDeadlineSeconds": 7 * 24 * 3600,
-    }
-
-
-@pytest.mark.parametrize(
-    ("job", "policy", "deadline"),
-    [
-        ({"restartPolicy": "OnFailure"}, "OnFailure", None),
-        ({"restartPolicy": "Never"}, "Never", None),
-        ({"restartPolicy": "OnFailure", "activeDeadlineSeconds": 600}, "OnFailure", 600),
-        ({"activeDeadlineSeconds": 3600}, "ExitCode", 3600),
-    ],
-)
-def test_restart_policy_and_its_deadline(
-    job: dict[str, Any], policy: str, deadline: int | None
-) -> None:
-    manifest = pytorchjob_manifest(settings_for(job=job), image=IMAGE)
-    assert {spec["restartPolicy"] for spec in replicas(manifest).values()} == {policy}
-    assert manifest["spec"]["runPolicy"].get("activeDeadlineSeconds") == deadline
-    assert admission_violations(manifest) == []
-
-
-def test_single_node_has_no_worker_and_cpu_has_no_gpu() -> None:
-    manifest = pytorchjob_manifest(
-        settings_for(job={"nodes": 1, "gpusPerNode": 0, "cpu": "500m"}), image=IMAGE
-    )
-    assert set(replicas(manifest)) == {"Master"}
-    assert manifest["spec"]["nprocPerNode"] == "1"
-    limits = container(manifest)["resources"]["limits"]
-    assert "nvidia.com/gpu" not in limits
-    env = {item["name"]: item["value"] for item in container(manifest)["env"]}
-    assert env["OMP_NUM_THREADS"] == "1"
-
-
-def test_multi_gpu_nodes() -> None:
-    manifest = pytorchjob_manifest(
-        settings_for(job={"nodes": 4, "gpusPerNode": 8, "cpu": "32"}), image=IMAGE
-    )
-    assert replicas(manifest)["Worker"]["replicas"] == 3
-    assert manifest["spec"]["nprocPerNode"] == "8"
-    assert container(manifest, "Worker")["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    env = {item["name"]: item["value"] for item in container(manifest)["env"]}
-    assert env["OMP_NUM_THREADS"] == "4"
-
-
-def test_optional_job_fields() -> None:
-    manifest = pytorchjob_manifest(
-        settings_for(
-            job={
-                "task": "trainer.tasks:regression",
-                "maxRestarts": 2,
-                "ttlSecondsAfterFinished": 600,
-                "activeDeadlineSeconds": 7200,
-                "cleanPodPolicy": "All",
-            }
-        ),
-        image=IMAGE,
-    )
-    args = container(manifest)["args"]
-    assert args[:2] == ["--max-restarts", "2"]
-    assert args[-2:] == ["--task", "trainer.tasks:regression"]
-    assert manifest["spec"]["runPolicy"] == {
-        "backoffLimit": 3,
-        "cleanPodPolicy": "All",
-        "ttlSecondsAfterFinished": 600,
-        "activeDeadlineSeconds": 7200,
-    }
 
 
 def test_runai_scheduler_and_labels() -> None:
@@ -332,30 +194,6 @@ def test_registry_secret_with_secret_output_stays_secret() -> None:
     assert config["auths"]["registry.example.com"]["password"] == "p@ss"
     # The same layout as with a plain password: one builder serves both.
     assert config == docker_config("registry.example.com", "robot", "p@ss")
-
-
-def kinds(settings: StackSettings) -> list[str]:
-    objects = stack_objects(settings, image=IMAGE, password="not-a-real-password")
-    return [manifest["kind"] for manifest in objects.in_apply_order()]
-
-
-def test_stack_objects_decides_which_objects_exist() -> None:
-    registry = {"server": "registry.example.com", "username": "robot"}
-    assert kinds(settings_for()) == ["PersistentVolumeClaim", "PyTorchJob"]
-    assert kinds(settings_for(registry=registry)) == [
-        "Secret",
-        "PersistentVolumeClaim",
-        "PyTorchJob",
-    ]
-    shared = settings_for(registry=registry, checkpoints={"existingClaim": "shared-ckpt"})
-    assert kinds(shared) == ["Secret", "PyTorchJob"]
-    objects = stack_objects(shared, image=IMAGE, password="p@ss")
-    assert objects.claim is None
-    assert objects.pull_secret == registry_secret_manifest(shared, password="p@ss")
-    assert objects.job == pytorchjob_manifest(shared, image=IMAGE)
-    without_registry = stack_objects(settings_for(), image=IMAGE, password=None)
-    assert without_registry.pull_secret is None
-    assert without_registry.claim == checkpoint_claim_manifest(settings_for())
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

@@ -16,8 +16,18 @@ import pytest
 import yaml
 from pulumi.runtime.rpc import UNKNOWN
 
-from builders.manifests import FIELD_MANAGER, FIELD_MANAGER_ANNOTATION, docker_config
 from tests.builders.k8s_rules import validate_manifest
+from tests.components.conftest import (
+    FIELD_MANAGER_ONLY,
+    IMAGE,
+    JOB,
+    PASSWORD,
+    PROD_SECRETS,
+    PVC,
+    SECRET,
+    pod_specs,
+    replica_specs,
+)
 from tests.pulumi_harness import (
     REPO_ROOT,
     ProgramResult,
@@ -28,13 +38,6 @@ from tests.pulumi_harness import (
     run_program,
 )
 
-PASSWORD = "hunter2-not-real"
-PROD_SECRETS = {"registryPassword": PASSWORD}
-
-JOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
-PVC = "kubernetes:core/v1:PersistentVolumeClaim"
-SECRET = "kubernetes:core/v1:Secret"
-IMAGE = "docker:index/image:Image"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 DOCKER_PROVIDER = "pulumi:providers:docker"
 COMPONENT = "pytorch-distributed:index:"
@@ -44,31 +47,6 @@ REGISTRY_LOOKUP = "docker:index/getRegistryImage:getRegistryImage"
 PREBUILT_REF = "registry.example.com/ml/pytorch-ddp-example@sha256:" + "c" * 64
 
 Runner = Callable[..., ProgramResult]
-
-# What every object's annotations hold besides the ones a test is about.
-FIELD_MANAGER_ONLY = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
-
-
-@pytest.fixture(scope="module")
-def dev() -> ProgramResult:
-    result = run_program("dev")
-    assert result.error is None, result.error
-    return result
-
-
-@pytest.fixture(scope="module")
-def prod() -> ProgramResult:
-    result = run_program("prod", secrets=PROD_SECRETS)
-    assert result.error is None, result.error
-    return result
-
-
-def replica_specs(result: ProgramResult) -> dict[str, Any]:
-    return result.one(JOB).inputs["spec"]["pytorchReplicaSpecs"]
-
-
-def pod_specs(result: ProgramResult) -> dict[str, dict[str, Any]]:
-    return {kind: spec["template"]["spec"] for kind, spec in replica_specs(result).items()}
 
 
 def containers(result: ProgramResult) -> dict[str, dict[str, Any]]:
@@ -238,21 +216,6 @@ def test_prod_job(prod: ProgramResult) -> None:
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_job_is_replaced_not_patched(stack: str, dev: ProgramResult, prod: ProgramResult) -> None:
-    result = {"dev": dev, "prod": prod}[stack]
-    job = result.one(JOB)
-    # The spec, and the labels Kueue admitted the job by (its webhook refuses to change them).
-    assert job.replace_on_changes == [
-        "spec",
-        'metadata.labels["kueue.x-k8s.io/queue-name"]',
-        'metadata.labels["kueue.x-k8s.io/priority-class"]',
-    ]
-    assert job.delete_before_replace is True
-    assert result.one(PVC).urn in job.dependencies
-    assert result.one(IMAGE).urn in job.dependencies
-
-
-@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_job_mounts_the_claim_and_runs_the_built_image(
     stack: str, dev: ProgramResult, prod: ProgramResult
 ) -> None:
@@ -363,23 +326,6 @@ def test_image_build_settings(dev: ProgramResult, prod: ProgramResult) -> None:
     assert registry["password"].value == PASSWORD
 
 
-def test_pull_secret_wiring(prod: ProgramResult) -> None:
-    secret = prod.one(SECRET)
-    assert secret.inputs["type"] == "kubernetes.io/dockerconfigjson"
-    name = secret.inputs["metadata"]["name"]
-    for pod in pod_specs(prod).values():
-        assert pod["imagePullSecrets"] == [{"name": name}]
-    assert secret.urn in prod.one(JOB).dependencies
-    # The data reaches the engine only as a secret, and decodes to the right credential.
-    assert isinstance(secret.inputs["data"], Secret)
-    assert "data" in secret.additional_secret_outputs
-    encoded = secret.plain_inputs()["data"][".dockerconfigjson"]
-    config = json.loads(base64.b64decode(encoded))
-    entry = config["auths"]["registry.example.com"]
-    assert (entry["username"], entry["password"]) == ("ml-robot", PASSWORD)
-    assert config == docker_config("registry.example.com", "ml-robot", PASSWORD)
-
-
 def test_password_never_appears_in_plain_text(prod: ProgramResult) -> None:
     encoded = base64.b64encode(PASSWORD.encode()).decode()
     for resource in prod.resources:
@@ -389,27 +335,6 @@ def test_password_never_appears_in_plain_text(prod: ProgramResult) -> None:
                 assert PASSWORD not in text and encoded not in text, (resource.name, key)
     for name, output in prod.outputs.items():
         assert PASSWORD not in json.dumps(output.value), name
-
-
-def test_checkpoint_claim_retention(dev: ProgramResult, prod: ProgramResult) -> None:
-    dev_claim = dev.one(PVC)
-    assert dev_claim.retain_on_delete is False
-    assert dev_claim.inputs["spec"] == {
-        "accessModes": ["ReadWriteOnce"],
-        "volumeMode": "Filesystem",
-        "resources": {"requests": {"storage": "1Gi"}},
-    }
-    assert dev_claim.inputs["metadata"]["annotations"] == FIELD_MANAGER_ONLY
-    prod_claim = prod.one(PVC)
-    assert prod_claim.retain_on_delete is True
-    assert prod_claim.protect is False  # destroy must succeed and leave the claim behind
-    assert prod_claim.inputs["metadata"]["annotations"] == {
-        **FIELD_MANAGER_ONLY,
-        "pytorch-distributed/retain-on-destroy": "true",
-    }
-    assert prod_claim.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert prod_claim.inputs["spec"]["resources"]["requests"]["storage"] == "10Ti"
-    assert prod_claim.inputs["spec"]["volumeMode"] == "Filesystem"
 
 
 def test_stack_outputs(dev: ProgramResult, prod: ProgramResult) -> None:

@@ -11,7 +11,6 @@ the tags of this module's own repository are removed at the end.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,13 @@ from components.training_image import context_tag
 from tests.containers import (
     Registry,
     build_base_image,
-    docker_api,
     local_registry,
     podman,
     podman_store,
     start_registry,
     stop_registry,
 )
+from tests.e2e.building import building_stack, image_engine
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Stack
 from tests.e2e.faults import (
     CLAIM_TYPE,
@@ -72,21 +71,21 @@ def registry(registry_dir: Path) -> Iterator[Registry]:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory, registry: Registry) -> Iterator[Path]:
-    sock = tmp_path_factory.mktemp("faults-engine") / "podman.sock"
-    with docker_api(sock, registry.registries_conf) as served:
+    with image_engine(tmp_path_factory.mktemp("faults-engine"), registry) as served:
         yield served
 
 
 @pytest.fixture(scope="module")
 def stack(project: Project, registry: Registry, engine: Path, cluster: Cluster) -> Iterator[Stack]:
-    if os.environ.get("PD_E2E_KUBECONFIG"):
-        pytest.skip("an external cluster: its nodes cannot pull from this machine's loopback")
-    stack = project.stack("e2e-faults-build", env={"DOCKER_HOST": f"unix://{engine}"})
-    stack.config_set("image.repository", f"{registry.address}/{REPOSITORY}")
-    stack.config_set("image.baseImage", build_base_image())
-    stack.config_set("registry.server", registry.address)
-    yield stack
-    stack.destroy(check=False)
+    with building_stack(
+        project,
+        "e2e-faults-build",
+        registry=registry,
+        engine=engine,
+        base_image=build_base_image(),
+        repository=REPOSITORY,
+    ) as stack:
+        yield stack
     # This module's tags only (another podman user's images are none of its business).
     listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout
     for reference in listed.split():

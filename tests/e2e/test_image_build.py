@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,11 +21,11 @@ from components.training_image import context_tag
 from tests.containers import (
     Registry,
     build_base_image,
-    docker_api,
     local_registry,
     podman,
     podman_store,
 )
+from tests.e2e.building import building_stack, image_engine
 from tests.e2e.conftest import REGISTRY_PASSWORD, Cluster, Project, Result, Stack
 
 # The first up pushes the whole 5 GB base image to the registry.
@@ -84,21 +83,21 @@ def engine(
     tmp_path_factory: pytest.TempPathFactory, registry: Registry, base_image: str
 ) -> Iterator[Path]:
     """The Docker Engine API the stack's provider builds and pushes through (DOCKER_HOST)."""
-    sock = tmp_path_factory.mktemp("engine") / "podman.sock"
-    with docker_api(sock, registry.registries_conf) as served:
+    with image_engine(tmp_path_factory.mktemp("engine"), registry) as served:
         yield served
 
 
 @pytest.fixture(scope="module")
 def stack(project: Project, registry: Registry, engine: Path, base_image: str) -> Iterator[Stack]:
-    if os.environ.get("PD_E2E_KUBECONFIG"):
-        pytest.skip("an external cluster: its nodes cannot pull from this machine's loopback")
-    stack = project.stack("e2e-build", env={"DOCKER_HOST": f"unix://{engine}"})
-    stack.config_set("image.repository", f"{registry.address}/{REPOSITORY}")
-    stack.config_set("image.baseImage", base_image)
-    stack.config_set("registry.server", registry.address)
-    yield stack
-    stack.destroy(check=False)
+    with building_stack(
+        project,
+        "e2e-build",
+        registry=registry,
+        engine=engine,
+        base_image=base_image,
+        repository=REPOSITORY,
+    ) as stack:
+        yield stack
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from trainer.checkpoint import CheckpointError
 from trainer.checkpoint_schema import EPOCHS_RUN, MODEL_STATE, OPTIMIZER_STATE
 from trainer.cli import EXIT_PEER_LOST, UsageError, parse_config
 from trainer.distributed import DistContext
-from trainer.metrics import EpochLoss, read_metrics
+from trainer.metrics import read_metrics
 from trainer.plot import loss_curve
 from trainer.resume import ResumeRefusedError, choose_resume_point
 
@@ -273,20 +273,6 @@ def test_a_failing_rank_s_exception_reaches_the_launchers_line(tmp_path: Path) -
     # Rank 0 may fail too (its peer vanished) before torchrun stops it: a line of its own then,
     # since torchrun's "first failure" goes by whole-second timestamps and would as often name
     # rank 0's symptom as rank 1's cause.
-
-
-def test_epoch_loss_folds_exactly_like_a_float64_add_per_step() -> None:
-    generator = torch.Generator().manual_seed(3)
-    losses = torch.rand(50, generator=generator) * 7
-    sizes = [32] * 49 + [31]
-    reference = torch.tensor(0.25, dtype=torch.float64)
-    folded = EpochLoss(0.25)
-    for index, (loss, size) in enumerate(zip(losses, sizes, strict=True)):
-        reference.add_(loss, alpha=size)
-        folded.add(loss, size)
-        if index == 20:
-            assert folded.total() == reference.item()  # a checkpoint mid-epoch reads it
-    assert folded.total() == reference.item()
 
 
 def test_a_rank_that_loses_its_peer_exits_with_the_code_that_restarts_its_pod(
