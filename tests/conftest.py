@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from tests.pulumi_harness import ProgramResult
@@ -72,13 +73,16 @@ def wait_for_runner(
 ) -> None:
     """Poll ``condition`` while ``runner`` (a `tools.run_local` process) lives; fail with its
     output if it exits first, since a runner that died is the real finding."""
-    deadline = time.monotonic() + timeout
-    while not condition():
+
+    def reached() -> bool:
+        if condition():
+            return True
         if runner.poll() is not None:
             out = runner.stdout.read() if runner.stdout else ""
             pytest.fail(f"the runner exited ({runner.returncode}) before {what}\n{out}")
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
+        return False
+
+    wait_until(reached, what, timeout, interval=0.05)
 
 
 @pytest.fixture

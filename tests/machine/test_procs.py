@@ -35,10 +35,7 @@ while True:
 
 
 def wait_for_text(path: Path, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text()):
-        assert time.monotonic() < deadline, f"{path} was not written"
-        time.sleep(0.02)
+    wait_until(lambda: path.exists() and bool(path.read_text()), f"{path} to be written", timeout)
     return path.read_text()
 
 

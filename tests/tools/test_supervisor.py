@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from machine.procs import is_alive
+from tests.support.waiting import wait_until
 from tests.tools.conftest import Job, outcome_of, recorded_pids
 from tools.supervisor import JobOutcome, ReplicaCommand, container_exit_code
 
@@ -20,10 +20,7 @@ WORKER = "job-worker-0"
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear within {timeout}s"
-        time.sleep(0.05)
+    wait_until(path.exists, f"{path} to appear", timeout, interval=0.05)
 
 
 def assert_nothing_left(job: Job) -> None:
@@ -308,10 +305,12 @@ def test_replicas_are_terminated_when_the_supervisor_itself_is_killed(
         wait_for(job.pid_dir / f"{WORKER}.ready")
         runner.kill()  # SIGKILL: the supervisor gets no chance to clean up
         runner.communicate(timeout=60)
-        deadline = time.monotonic() + 30
-        while any(is_alive(pid) for pid in recorded_pids(job.pid_dir)):
-            assert time.monotonic() < deadline, "replicas outlived their killed supervisor"
-            time.sleep(0.1)
+        wait_until(
+            lambda: not any(is_alive(pid) for pid in recorded_pids(job.pid_dir)),
+            "the replicas of the killed supervisor to exit",
+            30,
+            interval=0.1,
+        )
     finally:
         if runner.poll() is None:
             runner.kill()
