@@ -27,21 +27,7 @@ from settings.stack import (
     parse_settings,
     settings_table_markdown,
 )
-from settings.values import quantity_value
-
-MINIMAL: dict[str, Any] = {"image": {"repository": "registry.example.com/ml/trainer"}}
-
-
-def with_values(**sections: Any) -> dict[str, Any]:
-    values = {
-        key: dict(value) if isinstance(value, dict) else value for key, value in MINIMAL.items()
-    }
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(values.get(key), dict):
-            values[key] = {**values[key], **value}
-        else:
-            values[key] = value
-    return values
+from tests.settings.config import MINIMAL, with_values
 
 
 def test_defaults_match_the_tutorial_run() -> None:
@@ -148,14 +134,6 @@ def test_registry_and_password() -> None:
         "robot",
     )
     assert settings.registry.password == "s3cret"
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("500m", 0.5), ("2", 2), ("1Gi", 2**30), ("10Ti", 10 * 2**40), ("1k", 1000), ("1e3", 1000)],
-)
-def test_quantity_value(text: str, value: float) -> None:
-    assert float(quantity_value(text)) == pytest.approx(value)
 
 
 BAD_CASES: list[tuple[str, dict[str, Any], Any, str]] = [
@@ -760,40 +738,6 @@ def test_load_settings_turns_errors_into_one_run_error(monkeypatch: pytest.Monke
         _load_with_cli_env(monkeypatch, {"pytorch-distributed:image": "r.example.com/t"})
 
 
-def test_numeric_quantities_from_yaml() -> None:
-    settings = parse_settings(with_values(job={"cpu": 0.5, "memory": 1073741824}))
-    assert (settings.job.cpu, settings.job.memory) == ("0.5", "1073741824")
-    assert parse_settings(with_values(job={"cpu": 2})).job.cpu == "2"
-
-
-@pytest.mark.parametrize(
-    ("section", "field", "value"),
-    [
-        ("job", "name", "ddp-dev\n"),
-        ("checkpoints", "size", "10Gi\n"),
-        ("job", "cpu", "2\n"),
-    ],
-)
-def test_trailing_newline_is_not_a_valid_value(section: str, field: str, value: str) -> None:
-    with pytest.raises(SettingsError, match=rf"{section}\.{field}"):
-        parse_settings(with_values(**{section: {field: value}}))
-
-
-def test_labels_are_checked_like_kubernetes_labels() -> None:
-    settings = parse_settings(with_values(labels={"team": "vision", "example.com/cost": "ml-42"}))
-    assert settings.labels == {"team": "vision", "example.com/cost": "ml-42"}
-    for name, value, named in [
-        ("team", "a" * 64, "labels.team"),
-        ("team", "-vision", "labels.team"),
-        ("Bad_Prefix/team", "x", "labels.Bad_Prefix/team"),
-        ("app.kubernetes.io/name", "mine", "labels.app.kubernetes.io/name"),
-    ]:
-        with pytest.raises(SettingsError, match=re.escape(f"pytorch-distributed:{named}")):
-            parse_settings(with_values(labels={name: value}))
-    with pytest.raises(SettingsError, match="labels = 'team'"):
-        parse_settings(with_values(labels="team"))
-
-
 # -- one declaration per key: the docs' table (tests/test_docs.py), the unknown-key message, help -
 
 
@@ -830,23 +774,6 @@ def test_unknown_keys_are_refused_naming_the_allowed_ones(
     message = str(raised.value)
     assert message.startswith(f"invalid config pytorch-distributed:{section}.{key} = ")
     assert "unknown key; allowed keys are " in message and named in message
-
-
-@pytest.mark.parametrize(
-    ("section", "field", "value"),
-    [
-        ("job", "nodes", 2.0),  # a float is a mistake, not an integer
-        ("job", "totalEpochs", False),
-        ("checkpoints", "retainOnDestroy", 1),
-        ("checkpoints", "mountPath", "/checkpoints\n"),
-        ("job", "cpu", "1e99999999999"),  # beyond Decimal: refused, not a crash
-    ],
-)
-def test_spellings_lax_parsing_would_let_through_are_refused(
-    section: str, field: str, value: Any
-) -> None:
-    with pytest.raises(SettingsError, match=rf"pytorch-distributed:{section}\.{field} = "):
-        parse_settings(with_values(**{section: {field: value}}))
 
 
 def test_null_means_the_default() -> None:
