@@ -502,13 +502,9 @@ class CheckpointStore:
         overwritten). Returns :meth:`sharded_target`."""
         target = self.sharded_target(name)
         if target == name:
-            listed = self.manifest()
-            old = [entry for entry in listed if entry.file == name]
-            if old:
-                self._write_manifest([entry for entry in listed if entry.file != name])
-            for entry in old:
-                self._delete_checkpoint(entry)
-        self.storage.delete(target)
+            self._clear_name(name)
+        else:
+            self.storage.delete(target)
         return target
 
     def commit_sharded(
@@ -544,13 +540,8 @@ class CheckpointStore:
         if (pause_s := self.commit_pause_s()) > 0:
             time.sleep(pause_s)
         if staging != name:
-            # A directory can only be renamed onto an absent name: one of that name goes first
-            # (an earlier attempt that was never committed; or a committed one, first unlisted,
-            # so the manifest never names a directory that is being replaced).
-            listed = self.manifest()
-            if any(entry.file == name for entry in listed):
-                self._write_manifest([entry for entry in listed if entry.file != name])
-            self.storage.delete(name)
+            # A directory can only be renamed onto an absent name: one of that name goes first.
+            self._clear_name(name)
             self.storage.move(staging, name)
         entry = CheckpointEntry(
             file=name,
@@ -580,12 +571,25 @@ class CheckpointStore:
                 self._delete_checkpoint(old)
         return entry
 
+    def _clear_name(self, name: str) -> None:
+        """Make ``name`` free for a checkpoint about to be written there: a committed one of
+        that name is unlisted first (so the manifest never names one being overwritten), then
+        what is there goes (an earlier attempt that was never committed, or that one)."""
+        listed = self.manifest()
+        old = [entry for entry in listed if entry.file == name]
+        if old:
+            self._write_manifest([entry for entry in listed if entry.file != name])
+        for entry in old:
+            self._delete_checkpoint(entry)
+        self.storage.delete(name)
+
     def _delete_checkpoint(self, entry: CheckpointEntry) -> None:
         """A checkpoint's object, or every file of a sharded one: its directory goes whole
         where folders are real, each listed object where they are only names."""
         self.storage.delete(entry.file)
-        for file in entry.files or ():
-            self.storage.delete(f"{entry.file}/{file}")
+        if self.storage.local_directory() is None:
+            for file in entry.files or ():
+                self.storage.delete(f"{entry.file}/{file}")
 
     def _move_aside(self, entry: CheckpointEntry) -> bool:
         """A checkpoint's object(s) to ``rejected/`` (see :meth:`_delete_checkpoint`); False

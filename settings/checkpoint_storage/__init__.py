@@ -97,10 +97,6 @@ class CheckpointStorage(ABC):
         the settings hold them: secret Outputs, or REDACTED offline); empty: no Secret."""
         return {}
 
-    def credential_names(self) -> tuple[str, ...]:
-        """The variables `credentials` may hold, whether or not a stack sets them."""
-        return ()
-
     def at_root(self, checkpoints: CheckpointSettings, url: str) -> CheckpointSettings | None:
         """`make local --checkpoint-root URL`: these settings with the run kept at `url`, if
         `url` is one of its roots; None if not (raises ValueError naming the part of a root of

@@ -101,18 +101,17 @@ class S3Storage(CheckpointStorage):
             return {}
         return {env: getattr(checkpoints, attribute) for attribute, env in CREDENTIAL_ENV.items()}
 
-    def credential_names(self) -> tuple[str, ...]:
-        return tuple(CREDENTIAL_ENV.values())
-
     def at_root(self, checkpoints: CheckpointSettings, url: str) -> CheckpointSettings | None:
         if not url.startswith(URL_PREFIX):
             return None
         bucket, _, prefix = url[len(URL_PREFIX) :].partition("/")
+        if not bucket:
+            raise ValueError("expected s3://BUCKET or s3://BUCKET/PREFIX")
         try:
             return type(checkpoints)(
                 storage=self.name,
-                bucket=bucket or None,
-                prefix=prefix or None,
+                bucket=bucket,
+                prefix=prefix.strip("/") or None,
                 endpoint=checkpoints.endpoint,
                 region=checkpoints.region,
                 create_bucket=checkpoints.create_bucket,

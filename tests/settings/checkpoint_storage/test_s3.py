@@ -22,6 +22,13 @@ def test_a_bucket_root_keeps_any_stacks_run_there() -> None:
     assert moved is not None
     assert (moved.storage, moved.root) == ("s3", "s3://team-ckpt/runs/a")
     assert kept_at(claim, "gs://team-ckpt") is None  # no storage has such roots
+    assert kept_at(claim, "s3://team-ckpt/runs/a/").root == "s3://team-ckpt/runs/a"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///runs"])
+def test_a_bucket_root_without_a_bucket_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match=r"expected s3://BUCKET or s3://BUCKET/PREFIX"):
+        kept_at(parse_settings(IMAGE).checkpoints, url)
 
 
 @pytest.mark.parametrize(
