@@ -15,6 +15,7 @@ from builders.manifests import (
     resource_names,
     storage_secret_manifest,
 )
+from builders.network_policy import network_policy_manifest
 from settings.stack import StackSettings
 
 
@@ -31,13 +32,17 @@ class StackObjects:
     env_secret: dict[str, Any] | None = None
     # The Secret holding the checkpoint storage's credentials (s3's keys), when it has them.
     storage_secret: dict[str, Any] | None = None
+    # Who may connect to the job's pods (and whom they may reach): `network.policy`.
+    network_policy: dict[str, Any] | None = None
 
     def in_apply_order(self) -> list[dict[str, Any]]:
         """The job pulls with the Secret, reads its environment's and its storage's Secrets,
-        mounts the claim and runs on its runtime, so they all come before it."""
+        mounts the claim and runs on its runtime, so they all come before it; its pods start
+        isolated, so the NetworkPolicy comes first."""
         return [
             manifest
             for manifest in (
+                self.network_policy,
                 self.pull_secret,
                 self.env_secret,
                 self.storage_secret,
@@ -74,4 +79,5 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
         env_secret=environment_secret_manifest(settings),
         # The same: the credentials as the settings hold them, secret Outputs or REDACTED.
         storage_secret=storage_secret_manifest(settings),
+        network_policy=network_policy_manifest(settings),
     )

@@ -43,7 +43,7 @@ from cluster.stacks import CONTEXT
 COMPONENTS = (
     "control plane (etcd, API server, controller manager, scheduler), training operator, "
     "Kubeflow Trainer and JobSet, Kueue (LocalQueue local), "
-    "real node (kubelet, containerd, CoreDNS)"
+    "real node (kubelet, containerd, CoreDNS, NetworkPolicy agent)"
 )
 
 

@@ -20,6 +20,10 @@ on it. `ControlPlane.real_node()` starts, and always tears down:
   plugin, the runc v2 shim, the registry over plain HTTP) with the images scripts/e2e-tools.sh
   builds imported: the sandbox ("pause") image and the image of the training operator's init
   container (the plane's operator is told to use it instead of Docker Hub's alpine);
+- the NetworkPolicy agent, kube-network-policies (cluster/network_policy_agent.py), in the node's
+  network namespace, where bridged traffic crosses netfilter and the first packet of each new
+  connection between pods waits for its verdict: NetworkPolicies are enforced between the
+  node's pods (on connections opened after a policy);
 - the kubelet (cgroupfs driver under a cgroup root of its own, swap check off), registered as
   node `real-node`; when exclusive, labelled and tainted so that only pods of namespace
   `real-node` land there (that namespace's annotations give its pods the node selector and the
@@ -57,6 +61,7 @@ from typing import Any
 import psutil
 import yaml
 
+from cluster import network_policy_agent
 from cluster.node_network import NODE_IP, NODE_NETWORK, NodeNamespaces, entered_netns
 from cluster.plane_component import Plane, PlaneComponent
 from cluster.processes import (
@@ -106,6 +111,8 @@ KUBELET_KERNEL_SETTINGS = {
     "kernel/keys/root_maxbytes": 25000000,
 }
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# br_netfilter's settings; absent where the module is not loaded.
+BRIDGE_NETFILTER = Path("/proc/sys/net/bridge")
 # Set on containerd; its shims inherit it, which is how stop() finds any that outlive it.
 NODE_TAG = "PD_REAL_NODE"
 
@@ -188,6 +195,7 @@ class RealNode(PlaneComponent):
             self._create_namespace()
         self._create_volumes()
         self._start_endpointslice_controller()
+        self._start_network_policy_agent()
         self._start_kubelet()
         self._start_coredns()
 
@@ -509,6 +517,30 @@ disabled_plugins = [
         )
         wait_for(process, "its start", lambda: "Started controller" in process.tail(200))
 
+    def _start_network_policy_agent(self) -> None:
+        """Before the kubelet, so that a policy holds from the node's first pod on."""
+        agent = network_policy_agent
+        agent.prepare_datapath(self.namespaces)
+        service_account = agent.write_service_account(
+            self.directory / "network-policy-agent", self.plane.kubeconfig
+        )
+        process = self._start(
+            agent.BINARY,
+            [
+                *self.namespaces.enter(),
+                *self.plane.private_dir_wrapper(agent.SERVICE_ACCOUNT_DIR, service_account),
+                str(self.plane.bin_dir / agent.BINARY),
+                *agent.agent_args(NODE_NAME),
+            ],
+            # The tag: stop() finds it among the node's processes should it outlive its SIGTERM.
+            env={NODE_TAG: self._tag, **agent.api_environment(self.plane.server)},
+        )
+        wait_for(
+            process,
+            f"its nfqueue {agent.NFQUEUE_ID}",
+            lambda: agent.queue_bound(self.namespaces),
+        )
+
     def _start_kubelet(self) -> None:
         # Inside the node's mount namespace, on its private /var/lib, as on a node: the kubelet
         # binds unix sockets under its root (pod-resources/NNN), whose path must fit in 108
@@ -738,7 +770,8 @@ disabled_plugins = [
 
 def unsupported() -> str | None:
     """What this machine lacks for a real node (root, util-linux's nsenter and unshare, cgroup
-    v1), in words that follow "needs"; None when it has everything."""
+    v1, br_netfilter and iptables for its NetworkPolicy agent), in words that follow "needs";
+    None when it has everything."""
     if sys.platform != "linux":
         return f"Linux (this is {sys.platform})"
     if os.geteuid() != 0:
@@ -749,6 +782,13 @@ def unsupported() -> str | None:
         return (
             "cgroup v1 hierarchies (this machine mounts cgroup v2 at "
             f"{CGROUP_ROOT}, which the real node does not support)"
+        )
+    if not shutil.which("iptables"):
+        return "iptables (Debian's, which containernetworking-plugins depends on)"
+    if not BRIDGE_NETFILTER.is_dir():
+        return (
+            f"the kernel's br_netfilter (no {BRIDGE_NETFILTER}: `modprobe br_netfilter`), through "
+            "which its NetworkPolicy agent sees traffic between pods on the node's bridge"
         )
     return None
 

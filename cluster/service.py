@@ -1,14 +1,14 @@
 """The one-machine cluster for users, in the background: `make cluster`, `make cluster-status`,
 `make cluster-down` (`python -m cluster up|status|down|env|run`).
 
-What runs: the control plane (cluster/control_plane.py: etcd, the API server, controller
-manager and scheduler, the training operator, Kubeflow Trainer v2 with JobSet), a real node
-(cluster/real_node.py: kubelet, containerd, CNI, CoreDNS) on which every pod runs, the
-registry it pulls from (htpasswd authentication, user `local-robot`, 127.0.0.1:5000), and podman's
-Docker-compatible API for image builds (cluster/docker_api.py). The binaries are the ones
-scripts/e2e-tools.sh builds once into ~/.cache/pytorch-distributed/e2e (the e2e suite's: one
-build serves both); the image builds start from the stand-in base image scripts/build-base-image.sh
-puts in podman's store, tagged `localhost/pytorch-distributed-base:local` (Pulumi.local.yaml's).
+What runs: the control plane (cluster/control_plane.py: etcd, the API server, controller manager and
+scheduler, the training operator, Kubeflow Trainer v2 with JobSet), a real node
+(cluster/real_node.py: kubelet, containerd, CNI, CoreDNS, a NetworkPolicy agent) on which every pod
+runs, the registry it pulls from (htpasswd authentication, user `local-robot`, 127.0.0.1:5000), and
+podman's Docker-compatible API for image builds (cluster/docker_api.py). The binaries are the ones
+scripts/e2e-tools.sh builds once into ~/.cache/pytorch-distributed/e2e (the e2e suite's: one build
+serves both); the image builds start from the stand-in base image scripts/build-base-image.sh puts
+in podman's store, tagged `localhost/pytorch-distributed-base:local` (Pulumi.local.yaml's).
 
 Where: one directory of the clone, `.cluster/` (git-ignored): the supervisor's pid and log
 (`cluster.log`), every component's log and state (`plane/`), the kubeconfig, the registry's

@@ -31,6 +31,7 @@ from builders.job_apis import JobApi, api_of_settings
 from builders.manifests import resource_names
 from builders.stack_objects import stack_objects
 from components.checkpoint_volume import CheckpointVolume
+from components.job_network import JobNetwork
 from components.stack_secret import StackSecret
 from components.training_image import TrainingImage, registry_auth
 from components.watched_job import JobArgs
@@ -161,7 +162,7 @@ def _with_secrets(
 
 
 class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, its StackSecrets, CheckpointVolume and the
+    """Composes TrainingImage, JobNetwork, its StackSecrets, CheckpointVolume and the
     job: the component of the job API `job.api` names (a PyTorchJob or a TrainJob).
 
     Its outputs are StackOutputs' fields, as attributes (`environment.job_name`) and in
@@ -246,9 +247,9 @@ class TrainingEnvironment(pulumi.ComponentResource):
     def _create_children(
         name: str, settings: StackSettings, child: pulumi.ResourceOptions
     ) -> tuple[pulumi.Output[str], pulumi.Output[str | None], pulumi.Output[str]]:
-        """The image, the pull secret, the environment's and the storage's secrets, the claim
-        and the job; returns the image reference, the claim's name (None without a claim:
-        object storage) and the job's name."""
+        """The image, the job's NetworkPolicy, the pull secret, the environment's and the
+        storage's secrets, the claim and the job; returns the image reference, the claim's name
+        (None without a claim: object storage) and the job's name."""
         image = TrainingImage(f"{name}-image", settings.image, settings.registry, opts=child)
         registry = settings.registry
         objects = stack_objects(
@@ -258,6 +259,10 @@ class TrainingEnvironment(pulumi.ComponentResource):
             password=None if registry is None else pulumi.Output.secret(registry.password),
         )
         job_dependencies: list[pulumi.Resource] = []
+        if objects.network_policy is not None:
+            job_dependencies.append(
+                JobNetwork(f"{name}-network", objects.network_policy, opts=child)
+            )
         if objects.pull_secret is not None:
             job_dependencies.append(
                 StackSecret(f"{name}-registry", objects.pull_secret, opts=child)

@@ -209,6 +209,28 @@ class JobArgs(TypedDict, total=False):
     """the Kueue WorkloadPriorityClass of the job (label `kueue.x-k8s.io/priority-class`): which queued job Kueue admits first, and which running ones it may preempt for it; needs `job.queue`; a change replaces the job (default: unset; allowed: a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"""
 
 
+class EgressArgs(TypedDict, total=False):
+    """`network.egress`: A destination the job's pods may open connections to once `network.egress` lists them: an address block, or pods (of a namespace, or with labels, or both)."""
+
+    cidr: pulumi.Input[str]
+    """an address block (`ipBlock`), e.g. an object store's or a proxy's `192.0.2.10/32` (default: unset; allowed: an address block in CIDR notation with no host bits set, such as 10.96.0.0/12, 192.0.2.10/32 or 2001:db8::/32)"""
+    namespace: pulumi.Input[str]
+    """the pods of this namespace (all of them, or those with `podLabels`) (default: unset; allowed: a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"""
+    pod_labels: pulumi.Input[dict[str, str]]
+    """labels the destination pods carry (`name: value`); without `namespace`, pods of the job's own namespace (default: unset; allowed: an object of pod label names to strings)"""
+    ports: pulumi.Input[list[int]]
+    """the destination ports, each TCP and UDP (none: every port) (default: `[]`; allowed: a list of port numbers, each 1 to 65535)"""
+
+
+class NetworkArgs(TypedDict, total=False):
+    """`network`: Who may reach the job's pods, and whom they may reach (a NetworkPolicy, `<job>-network`). The rendezvous (`MASTER_PORT`) and the collectives listen without authentication: a pod that reaches them can join, stall or corrupt the run."""
+
+    policy: pulumi.Input[bool]
+    """declare the job's NetworkPolicy: connections to the job's pods only from the job's own pods, on every port (the rendezvous and the collectives); `false` only where the cluster enforces no NetworkPolicy or another policy already isolates the namespace (the policy pack warns, and refuses it in prod) (default: `true`; allowed: true or false)"""
+    egress: pulumi.Input[list[EgressArgs]]
+    """a list of objects, each `network.egress`: A destination the job's pods may open connections to once `network.egress` lists them: an address block, or pods (of a namespace, or with labels, or both). (EgressArgs)"""
+
+
 class TrainingEnvironmentArgs(TypedDict, total=False):
     """The training environment's settings: each argument is the stack setting of the same name (README.md, 'The Pulumi program'), validated as the stack's are."""
 
@@ -230,3 +252,5 @@ class TrainingEnvironmentArgs(TypedDict, total=False):
     """The `checkpoints` settings. (CheckpointArgs)"""
     job: pulumi.Input[JobArgs]
     """The `job` settings. (JobArgs)"""
+    network: pulumi.Input[NetworkArgs]
+    """`network`: Who may reach the job's pods, and whom they may reach (a NetworkPolicy, `<job>-network`). The rendezvous (`MASTER_PORT`) and the collectives listen without authentication: a pod that reaches them can join, stall or corrupt the run. (NetworkArgs)"""

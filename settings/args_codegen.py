@@ -24,6 +24,7 @@ from settings.stack import (
     StackSettings,
     _allowed,
     _default_text,
+    _is_list,
     _object_type,
     args_fields,
 )
@@ -147,7 +148,7 @@ def args_module_text() -> str:
                 typ = f"Required[{typ}]"
             out.append(f"    {name}: {typ}")
             if (inner := _object_type(info.annotation)) is not None:
-                many = "a list of objects, each " if get_origin(info.annotation) is tuple else ""
+                many = "a list of objects, each " if _is_list(info.annotation) else ""
                 text = f"{many}{_class_doc(inner, keys[inner])} ({args_class_name(inner)})"
             else:
                 text = field_help(info)

@@ -71,6 +71,7 @@ from settings.values import (
     ImageRef,
     ImageRepository,
     Integer,
+    IpBlock,
     JobApiName,
     JobName,
     LabelKey,
@@ -83,6 +84,8 @@ from settings.values import (
     Parallelism,
     PathSecret,
     Platform,
+    PodLabels,
+    Ports,
     ProjectPath,
     Quantity,
     RegistryServer,
@@ -774,6 +777,77 @@ class JobSettings(_Settings):
         return self.batch_size * self.nodes * self.nproc_per_node
 
 
+@dataclass(frozen=True, config=_CONFIG)
+class EgressSettings(_Settings):
+    """A destination the job's pods may open connections to once `network.egress` lists them:
+    an address block, or pods (of a namespace, or with labels, or both)."""
+
+    cidr: IpBlock | None = None
+    """an address block (`ipBlock`), e.g. an object store's or a proxy's `192.0.2.10/32`"""
+    namespace: DnsLabel | None = None
+    """the pods of this namespace (all of them, or those with `podLabels`)"""
+    pod_labels: PodLabels = Field(default_factory=dict)
+    """labels the destination pods carry (`name: value`); without `namespace`, pods of the
+    job's own namespace"""
+    ports: Ports = ()
+    """the destination ports, each TCP and UDP (none: every port)"""
+
+    @model_validator(mode="after")
+    def _one_kind_of_destination(self, info: ValidationInfo) -> EgressSettings:
+        if info.context is None:
+            return self
+        pods = self.namespace is not None or bool(self.pod_labels)
+        _require(
+            self.cidr is not None or pods,
+            "cidr",
+            None,
+            "an egress destination is an address block (cidr) or pods (namespace and/or podLabels)",
+        )
+        _require(
+            self.cidr is None or not pods,
+            "cidr",
+            self.cidr,
+            "either an address block or pods (namespace, podLabels), not both: give each its "
+            "own entry",
+        )
+        return self
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class NetworkSettings(_Settings):
+    """Who may reach the job's pods, and whom they may reach (a NetworkPolicy, `<job>-network`).
+
+    The rendezvous (`MASTER_PORT`) and the collectives listen without authentication: a pod
+    that reaches them can join, stall or corrupt the run."""
+
+    policy: Boolean = True
+    """declare the job's NetworkPolicy: connections to the job's pods only from the job's own
+    pods, on every port (the rendezvous and the collectives); `false` only where the cluster
+    enforces no NetworkPolicy or another policy already isolates the namespace (the policy
+    pack warns, and refuses it in prod)"""
+    egress: Annotated[
+        tuple[EgressSettings, ...] | None,
+        Allowed("expected a list of objects with keys cidr, namespace, podLabels, ports"),
+    ] = None
+    """unset: the pods may connect anywhere; a list: only to the job's own pods, to name
+    resolution (port 53, TCP and UDP, any address) and to these destinations, each `{cidr,
+    namespace, podLabels, ports}` (object storage, a package mirror; image pulls are the
+    node's, not the pods')"""
+
+    @model_validator(mode="after")
+    def _egress_needs_the_policy(self, info: ValidationInfo) -> NetworkSettings:
+        if info.context is None:
+            return self
+        _require(
+            self.policy or self.egress is None,
+            "egress",
+            "[...]",
+            "the egress destinations are rules of the job's NetworkPolicy: set network.policy: "
+            "true, or leave network.egress out",
+        )
+        return self
+
+
 def _default_namespace(data: dict[str, Any]) -> str:
     """`default`; `runai-<runaiProject>` on runai"""
     if data.get("platform") == "runai" and data.get("runai_project") is not None:
@@ -799,6 +873,7 @@ class StackSettings(_Settings):
     registry: RegistrySettings | None = None
     checkpoints: CheckpointSettings = Field(default_factory=dict, validate_default=True)
     job: JobSettings = Field(default_factory=dict, validate_default=True)
+    network: NetworkSettings = Field(default_factory=dict, validate_default=True)
     # The stack's name, which the pods are told (STACK_NAME): not a config key, given by whoever
     # reads the config (the program, the offline tools), as the registry password is.
     stack_name: str | None = Field(None, exclude=True)
@@ -925,13 +1000,25 @@ def _config_fields(cls: type) -> dict[str, FieldInfo]:
     return {str(info.alias): info for info in fields.values() if not info.exclude}
 
 
+def _optional_of(annotation: Any) -> Any:
+    """`X` of an optional key's `X | None`; any other annotation as it is."""
+    if get_origin(annotation) in (Union, UnionType):
+        others = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(others) == 1:
+            return others[0]
+    return annotation
+
+
 def _object_type(annotation: Any) -> type | None:
-    """The settings class of an object key (`registry: RegistrySettings | None`), else None."""
+    """The settings class of an object key (`registry: RegistrySettings | None`) or of a list
+    of objects (`network.egress: tuple[EgressSettings, ...] | None`), else None."""
+    annotation = _optional_of(annotation)
     return next(filter(is_pydantic_dataclass, (annotation, *get_args(annotation))), None)
 
 
 def _holds_integer(annotation: Any) -> bool:
-    """Whether a key's type is an integer (`int`, annotated or optional)."""
+    """Whether a key's type is an integer (`int`, annotated or optional) or a list of them
+    (`network.egress[].ports`)."""
     pending = [annotation]
     while pending:
         current = pending.pop()
@@ -941,7 +1028,14 @@ def _holds_integer(annotation: Any) -> bool:
             pending.append(get_args(current)[0])
         elif get_origin(current) in (Union, UnionType):
             pending += get_args(current)
+        elif get_origin(current) is tuple:
+            pending += [arg for arg in get_args(current) if arg is not Ellipsis]
     return False
+
+
+def _whole_number(value: Any) -> Any:
+    """2.0 as 2; anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def args_fields(cls: type) -> list[tuple[str, FieldInfo]]:
@@ -991,12 +1085,15 @@ def _renamed(data: Mapping[str, Any], section: type, *, to_alias: bool, at: str)
                 else item
                 for index, item in enumerate(value)
             ]
-        elif to_alias and isinstance(value, float) and value.is_integer():
+        elif to_alias and _holds_integer(info.annotation):
             # A program in another language reaches the component through the provider, whose
             # inputs are a protobuf Struct: every number is a float there, and its `nodes: 2`
-            # arrives as 2.0. An integer key takes it as the 2 it was (a stack file's 2.0 stays
-            # refused: parse_settings reads those).
-            value = int(value) if _holds_integer(info.annotation) else value
+            # (or `ports: [443]`) arrives as 2.0 ([443.0]). An integer key takes it as the 2 it
+            # was (a stack file's 2.0 stays refused: parse_settings reads those).
+            if isinstance(value, list | tuple):
+                value = [_whole_number(item) for item in value]
+            else:
+                value = _whole_number(value)
         renamed[str(info.alias) if to_alias else name] = value
     return renamed
 
@@ -1070,8 +1167,8 @@ def _config_error(key: str, value: Any, allowed: str) -> SettingsError:
 
 
 def _is_list(annotation: Any) -> bool:
-    """A key whose value is a list (of objects: job.volumes, job.tolerations)."""
-    return get_origin(annotation) is tuple
+    """A key whose value is a list (of objects: job.volumes, job.tolerations, network.egress)."""
+    return get_origin(_optional_of(annotation)) is tuple
 
 
 def _key_text(loc: list[Any]) -> str:
@@ -1098,6 +1195,8 @@ def _settings_error(error: ValidationError) -> SettingsError:
         if isinstance(part, int) and listed is not None:  # an item of the list: an object
             listed = None
             continue
+        if isinstance(part, int) and info is not None:  # an item of a list of values: its key's
+            break
         if (info := _config_fields(section).get(str(part))) is None:  # pydantic's words
             return _config_error(_key_text(loc), first["input"], first["msg"])
         if inner := _object_type(info.annotation):

@@ -9,6 +9,7 @@ error message and the docs' settings table's "allowed" cell, so the two cannot s
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BeforeValidator,
+    Field,
     PlainValidator,
     SkipValidation,
     StringConstraints,
@@ -291,14 +293,15 @@ def _string_map(raw: Any) -> Mapping[str, Any]:
 
 
 def _node_selector(raw: Any) -> Mapping[str, str]:
-    """Node labels the pods must find on their node: any label, the cluster's own included."""
+    """Labels an object must carry to be selected (a node, a pod): any label, the cluster's
+    own included."""
     selector = _string_map(raw)
     for name, value in selector.items():
         if _label_key_problem(str(name)):
             raise refusal(
                 str(name),
                 value,
-                "a node label name is [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
+                "a label name is [prefix/]name: name up to 63 characters of [A-Za-z0-9-_.] "
                 "starting and ending alphanumeric, prefix a DNS subdomain",
             )
         value = _as_text(value)
@@ -438,6 +441,35 @@ NodeSelector = Annotated[
     PlainValidator(_node_selector),
     Allowed("expected an object of node label names to strings"),
 ]
+PodLabels = Annotated[
+    Mapping[str, str],
+    PlainValidator(_node_selector),
+    Allowed("expected an object of pod label names to strings"),
+]
+
+
+def _ip_block(value: Any) -> Any:
+    """An address block as Kubernetes' ipBlock takes it, in its network form: `10.0.0.1/8`
+    (host bits set) most likely means a mistake, and would select what `10.0.0.0/8` does."""
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=True))
+    except ValueError:
+        raise ValueError("not a CIDR block") from None
+
+
+IpBlock = Annotated[
+    str,
+    PlainValidator(_ip_block),
+    Allowed(
+        "expected an address block in CIDR notation with no host bits set, such as "
+        "10.96.0.0/12, 192.0.2.10/32 or 2001:db8::/32"
+    ),
+]
+# An item of a list of ports, whose key says what is allowed (`Ports`).
+Port = Annotated[int, BeforeValidator(_integer), Field(ge=1, le=65535)]
+Ports = Annotated[tuple[Port, ...], Allowed("expected a list of port numbers, each 1 to 65535")]
 LabelKey = _matching(
     r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z",

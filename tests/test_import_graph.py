@@ -74,6 +74,7 @@ LAYERS = (
     (
         ("builders.manifests",),
         ("builders.job_apis",),
+        ("builders.network_policy",),
         ("builders.stack_objects",),
     ),
     (
@@ -95,6 +96,7 @@ LAYERS = (
             "components.training_image",
             "components.checkpoint_volume",
             "components.stack_secret",
+            "components.job_network",
             "components.pytorch_job",
             "components.train_job",
         ),
@@ -111,7 +113,7 @@ LAYERS = (
     (
         ("cluster.stacks", "cluster.volumes"),
         ("cluster.processes", "cluster.node_network", "cluster.docker_api"),
-        ("cluster.plane_component",),
+        ("cluster.plane_component", "cluster.network_policy_agent"),
         ("cluster.trainer_plane", "cluster.real_node"),
         ("cluster.kueue_plane",),
         ("cluster.control_plane",),

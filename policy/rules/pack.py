@@ -23,7 +23,17 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError
 
-from . import checkpoint, credentials, gpu, image, lifecycle, operator, pod_security, scheduler
+from . import (
+    checkpoint,
+    credentials,
+    gpu,
+    image,
+    lifecycle,
+    network,
+    operator,
+    pod_security,
+    scheduler,
+)
 from .jobs import trainjob
 from .model import UNKNOWN, Resource, Violation
 
@@ -80,6 +90,7 @@ def stack_policy(
     description: str,
     check: StackCheck,
     config_schema: PolicyConfigSchema | None = None,
+    level: EnforcementLevel = EnforcementLevel.MANDATORY,
 ) -> StackValidationPolicy:
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
         resources = [
@@ -99,7 +110,7 @@ def stack_policy(
         name=name,
         description=description,
         validate=validate,
-        enforcement_level=EnforcementLevel.MANDATORY,
+        enforcement_level=level,
         config_schema=config_schema,
     )
 
@@ -242,6 +253,14 @@ def build_policies() -> list[Policy]:
             'job.runAsRoot: true): Pod Security "restricted" refuses them.',
             _ignore_config(pod_security.run_as_root),
             advisory,
+        ),
+        stack_policy(
+            "job-network-isolated",
+            "A job's pods are selected by a NetworkPolicy of the stack that admits connections "
+            "only from chosen sources (stack setting network.policy, on by default): its "
+            "rendezvous and collectives are open to no other pod.",
+            network.job_network_isolated,
+            level=advisory,
         ),
         resource_policy(
             "job-active-deadline",

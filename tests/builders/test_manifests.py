@@ -119,7 +119,12 @@ def test_every_object_is_applied_under_one_field_manager() -> None:
     object an interrupted update made then owns the same fields, not a second set."""
     settings = settings_for(registry={"server": "registry.example.com", "username": "robot"})
     objects = stack_objects(settings, image=IMAGE, password="pw").in_apply_order()
-    assert [o["kind"] for o in objects] == ["Secret", "PersistentVolumeClaim", "PyTorchJob"]
+    assert [o["kind"] for o in objects] == [
+        "NetworkPolicy",
+        "Secret",
+        "PersistentVolumeClaim",
+        "PyTorchJob",
+    ]
     for manifest in objects:
         assert manifest["metadata"]["annotations"][FIELD_MANAGER_ANNOTATION] == FIELD_MANAGER
 

@@ -128,6 +128,7 @@ def test_the_environments_secret_holds_the_values_and_nothing_else_does() -> Non
     settings = settings_for(**OWN_CODE)
     objects = stack_objects(settings, image=IMAGE, password=None)
     assert [manifest["kind"] for manifest in objects.in_apply_order()] == [
+        "NetworkPolicy",
         "Secret",
         "PersistentVolumeClaim",
         "PyTorchJob",

@@ -1,6 +1,7 @@
 """The committed stacks' programs under mocks, run once per test module that asks for them, and
 what the component tests read of them: test_program.py and the tests of each component
-(test_pytorch_job.py, test_checkpoint_volume.py, test_stack_secret.py) share these."""
+(test_pytorch_job.py, test_checkpoint_volume.py, test_stack_secret.py, test_job_network.py) share
+these."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ JOB = "kubernetes:kubeflow.org/v1:PyTorchJob"
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
 SECRET = "kubernetes:core/v1:Secret"
 IMAGE = "docker:index/image:Image"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 
 # What every object's annotations hold besides the ones a test is about.
 FIELD_MANAGER_ONLY = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}

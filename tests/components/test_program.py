@@ -21,6 +21,7 @@ from tests.components.conftest import (
     FIELD_MANAGER_ONLY,
     IMAGE,
     JOB,
+    NETWORK_POLICY,
     PASSWORD,
     PROD_SECRETS,
     PVC,
@@ -41,7 +42,7 @@ from tests.pulumi_harness import (
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 DOCKER_PROVIDER = "pulumi:providers:docker"
 COMPONENT = "pytorch-distributed:index:"
-KUBERNETES_TYPES = (JOB, PVC, SECRET)
+KUBERNETES_TYPES = (JOB, PVC, SECRET, NETWORK_POLICY)
 PROVIDER_OF_PACKAGE = {"kubernetes": K8S_PROVIDER, "docker": DOCKER_PROVIDER}
 REGISTRY_LOOKUP = "docker:index/getRegistryImage:getRegistryImage"
 PREBUILT_REF = "registry.example.com/ml/pytorch-ddp-example@sha256:" + "c" * 64
@@ -72,11 +73,13 @@ def test_dev_registers_the_cpu_environment(dev: ProgramResult) -> None:
     assert type_counts(dev) == {
         COMPONENT + "TrainingEnvironment": 1,
         COMPONENT + "TrainingImage": 1,
+        COMPONENT + "JobNetwork": 1,
         COMPONENT + "CheckpointVolume": 1,
         COMPONENT + "PyTorchJob": 1,
         K8S_PROVIDER: 1,
         DOCKER_PROVIDER: 1,
         IMAGE: 1,
+        NETWORK_POLICY: 1,
         PVC: 1,
         JOB: 1,
     }
@@ -86,12 +89,14 @@ def test_prod_registers_the_tutorial_environment(prod: ProgramResult) -> None:
     assert type_counts(prod) == {
         COMPONENT + "TrainingEnvironment": 1,
         COMPONENT + "TrainingImage": 1,
+        COMPONENT + "JobNetwork": 1,
         COMPONENT + "StackSecret": 1,
         COMPONENT + "CheckpointVolume": 1,
         COMPONENT + "PyTorchJob": 1,
         K8S_PROVIDER: 1,
         DOCKER_PROVIDER: 1,
         IMAGE: 1,
+        NETWORK_POLICY: 1,
         SECRET: 1,
         PVC: 1,
         JOB: 1,
@@ -141,7 +146,7 @@ def test_every_resource_goes_through_an_explicit_provider(overrides: dict[str, A
         for resource in result.resources
         if resource.custom and not resource.type.startswith("pulumi:providers:")
     ]
-    assert {resource.type for resource in managed} >= {JOB, SECRET}
+    assert {resource.type for resource in managed} >= {JOB, SECRET, NETWORK_POLICY}
     for resource in managed:
         provider = result.one(PROVIDER_OF_PACKAGE[resource.type.split(":", 1)[0]])
         assert resource.provider.startswith(provider.urn + "::"), resource.name
@@ -509,7 +514,7 @@ def test_every_registered_manifest_validates(
     result = run_program(stack, overrides=overrides, secrets=secrets, preview=preview)
     assert result.error is None
     manifests = kubernetes_resources(result)
-    assert {resource.type for resource in manifests} >= {JOB, PVC}
+    assert {resource.type for resource in manifests} >= {JOB, PVC, NETWORK_POLICY}
     for resource in manifests:
         validate_manifest(_substitute_unknowns(resource.plain_inputs()))
 

@@ -204,6 +204,7 @@ EXCLUSIVE_MODULES = (
     "test_own_code.py",
     "test_image_build.py",
     "test_real_node.py",
+    "test_network_policy_agent.py",
 )
 
 

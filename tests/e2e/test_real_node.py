@@ -7,6 +7,9 @@ the job finished and after destroy with the claim kept. A second stack keeps the
 checkpoints in object storage (`checkpoints.storage: s3`) on the suite's S3 server, which the pods
 reach at the node's address: no claim, the bucket created by the trainer, the run resumed from it
 after a deleted worker pod, `make checkpoint` copying from the bucket, destroy leaving its data.
+A third trains under its NetworkPolicy, which the node's policy agent enforces: a pod of another
+namespace cannot connect to the running master's rendezvous port until the stack turns the policy
+off (issue 48).
 
 The node's namespace enforces Pod Security "restricted" (issue 31): the pods are admitted, run as
 the trainer image's non-root user with no service account token (in the live pod spec and inside
@@ -33,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from builders.job_apis import api_of_job
 from builders.manifests import READER_MANAGER, resource_names
 from cluster.control_plane import ControlPlane
 from cluster.kueue_plane import (
@@ -140,6 +144,7 @@ class Kube:
         self.api = cluster.api()
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
         self.namespace = namespace
 
     def job(self, name: str) -> dict[str, Any] | None:
@@ -167,17 +172,26 @@ class Kube:
         volume = self.core.read_namespaced_persistent_volume_claim(claim, self.namespace)
         return Path(self.core.read_persistent_volume(volume.spec.volume_name).spec.local.path)
 
-    def exec(self, pod: str, command: list[str]) -> str:
-        """A command's output in the pod's training container (through the API server)."""
+    def exec(
+        self,
+        pod: str,
+        command: list[str],
+        *,
+        namespace: str | None = None,
+        container: str = "pytorch",
+    ) -> str:
+        """A command's output in a pod's container, the training container of a pod of the
+        stack's namespace by default (through the API server and the kubelet, never the pod
+        network)."""
         from kubernetes.stream import stream
 
         return str(
             stream(
                 self.core.connect_get_namespaced_pod_exec,
                 pod,
-                self.namespace,
+                namespace or self.namespace,
                 command=command,
-                container="pytorch",
+                container=container,
                 stderr=True,
                 stdin=False,
                 stdout=True,
@@ -285,6 +299,9 @@ def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
     job = settings.job
     stack.up()  # waits until the job runs (or already succeeded)
     assert kube.true_conditions(job.name) & {"Running", "Succeeded"}
+    # Under its NetworkPolicy, which the node's agent enforces: the pods reach each other.
+    policies = kube.networking.list_namespaced_network_policy(kube.namespace).items
+    assert [p.metadata.name for p in policies] == [f"{job.name}-network"]
 
     assert "Succeeded" in kube.wait_for_outcome(job.name)
     pods = {pod.metadata.name: pod for pod in kube.pods(job.name)}
@@ -547,6 +564,137 @@ def test_a_stack_that_runs_as_root_fails_up_at_once_with_the_api_servers_reason(
 
 
 # -- checkpoints in object storage (issue 33) ---------------------------------------------------
+
+# -- The job's network: only its own pods reach its rendezvous -----------------------------------
+
+NETWORK_STACK = "e2e-real-node-network"
+PROBE_NAMESPACE = "real-node-probe"
+PROBE_POD = "probe"
+# A connection the node's policy agent drops never completes: its SYN goes unanswered.
+CONNECT_TIMEOUT_S = 5
+CONNECT = f"""
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout={CONNECT_TIMEOUT_S})
+    print("connected")
+except TimeoutError:
+    print("timed out")
+except OSError as error:
+    print(f"failed: {{error}}")
+"""
+
+
+def connect(kube: Kube, pod: str, address: str, port: int, *, namespace: str | None = None) -> str:
+    """Whether `pod` (the job's training container, or the probe's) connects to address:port:
+    `connected`, `timed out` (dropped) or `failed: ...` (e.g. refused: nothing listens)."""
+    container = "pytorch" if namespace is None else PROBE_POD
+    command = ["python3", "-c", CONNECT, address, str(port)]
+    return kube.exec(pod, command, namespace=namespace, container=container).strip()
+
+
+@pytest.fixture
+def probe(kube: Kube, image: str) -> Iterator[str]:
+    """A pod of another namespace on the real node, of the trainer image (already on the node,
+    so no pull and no Secret), that only sleeps: the tests connect from it through exec. Its
+    namespace is placed on the node as the node's own is (the same annotations), under the same
+    Pod Security level."""
+    node_namespace = kube.core.read_namespace(kube.namespace).metadata
+    kube.core.create_namespace(
+        {
+            "metadata": {
+                "name": PROBE_NAMESPACE,
+                "labels": {POD_SECURITY_ENFORCE: "restricted"},
+                "annotations": node_namespace.annotations,
+            }
+        }
+    )
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": TRAINER_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    pod = {
+        "metadata": {"name": PROBE_POD},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": PROBE_POD,
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "3600"],
+                    "securityContext": restricted,
+                }
+            ],
+        },
+    }
+    try:
+        kube.core.create_namespaced_pod(PROBE_NAMESPACE, pod)
+
+        def running() -> bool:
+            found = kube.core.read_namespaced_pod(PROBE_POD, PROBE_NAMESPACE)
+            return found.status.phase == "Running"
+
+        wait_until(running, "the probe pod to run", RUN_TIMEOUT_S)
+        yield PROBE_POD
+    finally:
+        kube.core.delete_namespace(PROBE_NAMESPACE, grace_period_seconds=0)
+
+        def gone() -> bool:
+            names = [n.metadata.name for n in kube.core.list_namespace().items]
+            return PROBE_NAMESPACE not in names
+
+        wait_until(gone, "the probe's namespace to go", RUN_TIMEOUT_S)
+
+
+def test_only_the_jobs_own_pods_reach_its_rendezvous_until_the_stack_turns_the_policy_off(
+    project: Project, node: RealNode, image: str, kube: Kube, probe: str
+) -> None:
+    """The node's policy agent (kube-network-policies, cluster/real_node.py) enforces the stack's
+    NetworkPolicy: while the job trains (its commits held after the first, so that its master
+    stays up), its worker reaches the master's rendezvous port and the probe of another namespace
+    does not; `network.policy: false` and `make up` delete the policy alone (the same pods run
+    on) and the probe connects, so the refusal was the policy's."""
+    stack = project.stack(NETWORK_STACK)
+    try:
+        stack.config_set("image.ref", image)
+        stack.config_set("registry.server", node.registry.address)
+        settings = stack.settings()
+        name = settings.job.name
+        stack.up()
+        policies = kube.networking.list_namespaced_network_policy(kube.namespace).items
+        assert f"{name}-network" in [p.metadata.name for p in policies]
+        claim = kube.claim_directory(resource_names(settings).claim) / name
+        wait_until(
+            lambda: committed_epochs(claim) >= 1,
+            "the job's first checkpoint: its worker joined the master",
+            RUN_TIMEOUT_S,
+            diagnose=kube.diagnose(name),
+        )
+        master = kube.core.read_namespaced_pod(f"{name}-master-0", kube.namespace)
+        job = kube.job(name)
+        assert job is not None
+        address, port = master.status.pod_ip, api_of_job(job).master_port(job)
+        assert connect(kube, f"{name}-worker-0", address, port) == "connected"
+        assert connect(kube, probe, address, port, namespace=PROBE_NAMESPACE) == "timed out"
+
+        stack.config_set("network.policy", "false")
+        stack.up()
+        policies = kube.networking.list_namespaced_network_policy(kube.namespace).items
+        assert f"{name}-network" not in [p.metadata.name for p in policies]
+        again = kube.core.read_namespaced_pod(f"{name}-master-0", kube.namespace)
+        assert again.metadata.uid == master.metadata.uid  # the job was left alone
+        wait_until(
+            lambda: connect(kube, probe, address, port, namespace=PROBE_NAMESPACE) == "connected",
+            "the probe to connect once the policy is gone",
+            60,
+        )
+    finally:
+        stack.destroy(check=False)
+
 
 S3_STACK = "e2e-real-node-s3"
 

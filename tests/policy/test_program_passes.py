@@ -181,6 +181,24 @@ def test_a_stack_that_runs_as_root_is_warned_of_and_stopped_in_prod(analyzer: St
         assert {name for name, _ in mandatory(found)} <= {"pod-security-run-as-root"}
 
 
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_a_job_without_its_network_policy_is_warned_of_and_stopped_in_prod(
+    analyzer: Stub, api: str
+) -> None:
+    """network.policy: false leaves the job's rendezvous open to every pod of the cluster."""
+    overrides: dict[str, Any] = {"network": {"policy": False}}
+    if api == "trainjob":
+        overrides |= {"platform": "kubeflow", "runaiProject": None, "job": {"api": "trainjob"}}
+    for stack, level in (("dev", analyzer_pb2.ADVISORY), ("prod", analyzer_pb2.MANDATORY)):
+        found = diagnostics(analyzer, run(stack, overrides=overrides), policy_config(stack))
+        network = [d for d in found if d.policyName == "job-network-isolated"]
+        replicas = 1 if api == "trainjob" else 2  # a TrainJob's node pods; Master and Worker
+        assert [d.enforcementLevel for d in network] == [level] * replicas, network
+        assert "set network.policy: true" in network[0].message
+        kept = diagnostics(analyzer, run(stack, overrides={**overrides, "network": {}}), {})
+        assert "job-network-isolated" not in {d.policyName for d in kept}
+
+
 def test_a_credential_in_plain_job_env_is_stopped(analyzer: Stub) -> None:
     """job.env is plain text everywhere; a credential's name there is refused, whatever its
     value, and job.secretEnv is the way (the example's HF_TOKEN passes above)."""

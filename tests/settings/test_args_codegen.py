@@ -35,6 +35,7 @@ def test_class_names_drop_settings_and_the_stack_is_the_training_environment() -
         (Any, "str"),
         (ElasticSettings | None, "ElasticArgs"),
         (tuple[ElasticSettings, ...], "list[ElasticArgs]"),
+        (tuple[ElasticSettings, ...] | None, "list[ElasticArgs]"),
     ],
 )
 def test_an_arguments_type_is_the_plain_type_the_host_understands(
@@ -69,3 +70,25 @@ def test_every_attribute_has_a_one_line_docstring() -> None:
                 doc = body[index + 1]
                 assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
                 assert "\n" not in doc.value.value, (node.name, statement.target)
+
+
+def attribute_docs(class_name: str) -> dict[str, str]:
+    [node] = [
+        node
+        for node in ast.parse(args_module_text()).body
+        if isinstance(node, ast.ClassDef) and node.name == class_name
+    ]
+    docs = {}
+    for statement, doc in zip(node.body, node.body[1:], strict=False):
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+            docs[statement.target.id] = doc.value.value
+    return docs
+
+
+def test_a_list_of_objects_says_so_whether_or_not_it_may_be_left_unset() -> None:
+    """job.volumes defaults to an empty list, network.egress to unset (`X | None`)."""
+    assert attribute_docs("JobArgs")["volumes"].startswith("a list of objects, each `job.volumes`")
+    assert attribute_docs("NetworkArgs")["egress"].startswith(
+        "a list of objects, each `network.egress`"
+    )

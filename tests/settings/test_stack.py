@@ -746,7 +746,11 @@ def test_every_declared_key_has_a_default_allowed_words_and_help() -> None:
     keys = [row[0].strip("| `") for row in rows]
     assert len(keys) == len(set(keys))
     assert {key for key in keys if "." not in key} == {
-        *(key for key in TOP_LEVEL_KEYS if key not in ("image", "registry", "checkpoints", "job")),
+        *(
+            key
+            for key in TOP_LEVEL_KEYS
+            if key not in ("image", "registry", "checkpoints", "job", "network")
+        ),
         PASSWORD_KEY,
     }
     for key, (_, default, allowed, help_text) in zip(keys, rows, strict=True):

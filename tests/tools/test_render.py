@@ -60,20 +60,21 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(
         validate_manifest(document)
 
 
-def test_prod_renders_secret_claim_and_job_in_apply_order(tmp_path: Path) -> None:
+def test_prod_renders_policy_secret_claim_and_job_in_apply_order(tmp_path: Path) -> None:
     assert run_render("prod", tmp_path).returncode == 0
 
     assert sorted(load_dir(tmp_path)) == [
-        "01-secret-pytorch-ddp-registry.yaml",
-        "02-persistentvolumeclaim-pytorch-ddp-checkpoints.yaml",
-        "03-pytorchjob-pytorch-ddp.yaml",
+        "01-networkpolicy-pytorch-ddp-network.yaml",
+        "02-secret-pytorch-ddp-registry.yaml",
+        "03-persistentvolumeclaim-pytorch-ddp-checkpoints.yaml",
+        "04-pytorchjob-pytorch-ddp.yaml",
     ]
 
 
 def test_built_image_shows_repository_with_placeholder_digest(tmp_path: Path) -> None:
     assert run_render("dev", tmp_path).returncode == 0
 
-    job = load_dir(tmp_path)["02-pytorchjob-ddp-dev.yaml"]
+    job = load_dir(tmp_path)["03-pytorchjob-ddp-dev.yaml"]
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         image = replica["template"]["spec"]["containers"][0]["image"]
         assert image == f"localhost:5001/pytorch-distributed-trainer@{PLACEHOLDER_DIGEST}"
@@ -86,7 +87,7 @@ def test_prebuilt_image_ref_is_used_as_is(tmp_path: Path) -> None:
 
     render(dataclasses.replace(settings, image=image), tmp_path)
 
-    job = load_dir(tmp_path)["02-pytorchjob-ddp-dev.yaml"]
+    job = load_dir(tmp_path)["03-pytorchjob-ddp-dev.yaml"]
     assert (
         job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
         == ref
@@ -102,10 +103,10 @@ def test_no_secret_value_reaches_the_output(tmp_path: Path) -> None:
     render(dataclasses.replace(settings, registry=registry), tmp_path)
 
     text = "".join(path.read_text() for path in tmp_path.glob("*.yaml"))
-    assert "01-secret-pytorch-ddp-registry.yaml" in load_dir(tmp_path)
+    assert "02-secret-pytorch-ddp-registry.yaml" in load_dir(tmp_path)
     for spelling in secret_spellings(FAKE_PASSWORD, settings.registry.username):
         assert spelling not in text
-    secret = load_dir(tmp_path)["01-secret-pytorch-ddp-registry.yaml"]
+    secret = load_dir(tmp_path)["02-secret-pytorch-ddp-registry.yaml"]
     decoded = base64.b64decode(secret["data"][".dockerconfigjson"]).decode()
     assert '"password": "<redacted>"' in decoded
 
@@ -126,7 +127,10 @@ def test_existing_claim_is_not_rendered(tmp_path: Path) -> None:
 
     render(dataclasses.replace(settings, checkpoints=checkpoints), tmp_path)
 
-    assert sorted(load_dir(tmp_path)) == ["01-pytorchjob-ddp-dev.yaml"]
+    assert sorted(load_dir(tmp_path)) == [
+        "01-networkpolicy-ddp-dev-network.yaml",
+        "02-pytorchjob-ddp-dev.yaml",
+    ]
 
 
 def test_unknown_stack_is_a_clear_error(tmp_path: Path) -> None:
@@ -225,19 +229,20 @@ def test_your_own_codes_secret_environment_renders_redacted_and_by_reference(
     assert done.returncode == 0, done.stderr
     files = load_dir(out)
     assert list(files) == [
-        "01-secret-digits-env.yaml",
-        "02-persistentvolumeclaim-digits-checkpoints.yaml",
-        "03-pytorchjob-digits.yaml",
+        "01-networkpolicy-digits-network.yaml",
+        "02-secret-digits-env.yaml",
+        "03-persistentvolumeclaim-digits-checkpoints.yaml",
+        "04-pytorchjob-digits.yaml",
     ]
     text = "".join(path.read_text() for path in out.glob("*.yaml"))
     token = "hf_render-not-real-5e2a"
     for spelling in (ciphertext, token, base64.b64encode(token.encode()).decode()):
         assert spelling not in text
-    secret = files["01-secret-digits-env.yaml"]
+    secret = files["02-secret-digits-env.yaml"]
     assert base64.b64decode(secret["data"]["HF_TOKEN"]).decode() == "<redacted>"
     for document in files.values():
         validate_manifest(document)
-    container = files["03-pytorchjob-digits.yaml"]["spec"]["pytorchReplicaSpecs"]["Master"][
+    container = files["04-pytorchjob-digits.yaml"]["spec"]["pytorchReplicaSpecs"]["Master"][
         "template"
     ]["spec"]["containers"][0]
     assert {
@@ -284,10 +289,11 @@ def test_an_s3_stack_renders_no_claim_and_hides_its_credentials(tmp_path: Path) 
 
     documents = load_dir(out)
     assert sorted(documents) == [
-        "01-secret-run-s3-s3-credentials.yaml",
-        "02-pytorchjob-run-s3.yaml",
+        "01-networkpolicy-run-s3-network.yaml",
+        "02-secret-run-s3-s3-credentials.yaml",
+        "03-pytorchjob-run-s3.yaml",
     ]
-    secret = documents["01-secret-run-s3-s3-credentials.yaml"]
+    secret = documents["02-secret-run-s3-s3-credentials.yaml"]
     assert {key: base64.b64decode(value).decode() for key, value in secret["data"].items()} == {
         "AWS_ACCESS_KEY_ID": "<redacted>",
         "AWS_SECRET_ACCESS_KEY": "<redacted>",

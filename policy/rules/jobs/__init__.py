@@ -10,7 +10,7 @@ gpu, credentials, scheduler, lifecycle) ask `job_view` and so apply to every API
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import Container, _Unknown
@@ -18,11 +18,13 @@ from ..model import Container, _Unknown
 
 @dataclass(frozen=True)
 class PodSpec:
-    """One pod template of a job: its replica type, manifest path and spec."""
+    """One pod template of a job: its replica type, manifest path and spec, and the labels its
+    pods get (what a NetworkPolicy selects them by)."""
 
     replica_type: str
     path: str
     spec: Mapping[str, Any]
+    labels: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def pod_spec_path(replica_type: str) -> str:
 def pod_specs(props: Mapping[str, Any]) -> Iterator[PodSpec]:
     for replica_type, spec in replica_specs(props).items():
         pod = as_mapping(dig(spec, "template", "spec"))
-        yield PodSpec(replica_type, pod_spec_path(replica_type), pod)
+        labels = as_mapping(dig(spec, "template", "metadata", "labels"))
+        yield PodSpec(replica_type, pod_spec_path(replica_type), pod, labels)
 
 
 def containers(props: Mapping[str, Any], include_init: bool = False) -> Iterator[Container]:

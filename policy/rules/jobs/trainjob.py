@@ -54,8 +54,8 @@ _TRAINER_CONTAINER_KEYS: Final = {
 }
 
 
-def _node_patch(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
-    """The runtime patch's `node` pod spec and its path (empty when there is none)."""
+def _node_template(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The runtime patch's `node` pod template and its path (empty when there is none)."""
     for index, patch in enumerate(as_list(dig(props, "spec", "runtimePatches"))):
         replicated = as_list(
             dig(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
@@ -64,10 +64,18 @@ def _node_patch(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
             if dig(entry, "name") == CONTAINER_NAME:
                 path = (
                     f"spec.runtimePatches[{index}].trainingRuntimeSpec.template.spec."
-                    f"replicatedJobs[{job_index}].template.spec.template.spec"
+                    f"replicatedJobs[{job_index}].template.spec.template"
                 )
-                return path, as_mapping(dig(entry, "template", "spec", "template", "spec"))
+                return path, as_mapping(dig(entry, "template", "spec", "template"))
     return "spec.runtimePatches", {}
+
+
+def _node_patch(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The runtime patch's `node` pod spec and its path (empty when there is none)."""
+    path, template = _node_template(props)
+    if not template:
+        return path, {}
+    return f"{path}.spec", as_mapping(template.get("spec"))
 
 
 def _patched_container(props: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
@@ -96,7 +104,8 @@ def trainer_container(props: Mapping[str, Any]) -> dict[str, Any]:
 
 def pod_specs(props: Mapping[str, Any]) -> Iterator[PodSpec]:
     path, patch = _node_patch(props)
-    yield PodSpec("node", path, {**patch, "containers": [trainer_container(props)]})
+    labels = as_mapping(dig(_node_template(props)[1], "metadata", "labels"))
+    yield PodSpec("node", path, {**patch, "containers": [trainer_container(props)]}, labels)
 
 
 def runtime_pod_specs(props: Mapping[str, Any]) -> Iterator[PodSpec]:

@@ -50,6 +50,7 @@ def test_the_stack_declares_a_trainingruntime_and_a_trainjob_that_runs_on_it() -
     stack = objects(dev())
     runtime, job = stack.runtime, stack.job
     assert [m["kind"] for m in stack.in_apply_order()] == [
+        "NetworkPolicy",
         "PersistentVolumeClaim",
         "TrainingRuntime",
         "TrainJob",

@@ -90,9 +90,11 @@ def test_a_throwaway_storage_renders_a_stack_nothing_else_was_told_about(
     paths = render(settings, out)
 
     documents = [yaml.safe_load(path.read_text(encoding="utf-8")) for path in paths]
-    assert [document["kind"] for document in documents] == ["PyTorchJob"]  # no claim, no Secret
-    validate_manifest(documents[0])
-    assert "/var/lib/training-runs" in paths[0].read_text(encoding="utf-8")
+    # No claim, no Secret: the job and its NetworkPolicy.
+    assert [document["kind"] for document in documents] == ["NetworkPolicy", "PyTorchJob"]
+    for document in documents:
+        validate_manifest(document)
+    assert "/var/lib/training-runs" in paths[-1].read_text(encoding="utf-8")
     volume = {"name": "checkpoints", **throwaway.STORAGE.volume_source(settings)}
     for pod in pod_templates.pods(settings, "registry.example.com/ml/trainer:1"):
         assert volume in pod["spec"]["volumes"]
