@@ -49,7 +49,7 @@ def test_up_creates_the_elastic_job_as_the_builder_describes_it(
     stack: Stack, settings: StackSettings, api: Any
 ) -> None:
     result = stack.up()
-    assert result.summary() == {"create": 10}, result.output
+    assert result.summary() == {"create": 12}, result.output
     _, custom, _ = api
     job = custom.get_namespaced_custom_object(
         "kubeflow.org", "v1", NAMESPACE, "pytorchjobs", settings.job.name

@@ -214,7 +214,7 @@ def test_up_with_wait_for_succeeded_returns_when_the_job_succeeds(
     result = up.result()
     show("make up (a)", result.output)
     assert result.returncode == 0, result.output
-    assert result.summary() == {"create": 10}, result.output
+    assert result.summary() == {"create": 12}, result.output
     assert kube.condition("Succeeded") is not None
     assert f"PyTorchJob {NAMESPACE}/{kube.job_name} Succeeded" in result.output
 

@@ -34,6 +34,7 @@ from builders.manifests import (
     registry_secret_manifest,
     resource_names,
 )
+from builders.network_policy import network_policy_manifest
 from settings.stack import PROJECT, StackSettings
 from tests.e2e.conftest import (
     REGISTRY_PASSWORD,
@@ -118,6 +119,20 @@ class Kube(NamespaceObjects):
     def claim(self, name: str) -> Any | None:
         return self.get("persistent_volume_claim", name)
 
+    def network_policy(self, name: str) -> Any | None:
+        from kubernetes import client
+        from kubernetes.client import ApiException
+
+        try:
+            found = client.NetworkingV1Api(self.api).read_namespaced_network_policy(
+                name, self.namespace
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return self.api.sanitize_for_serialization(found)
+
 
 @pytest.fixture(scope="module")
 def kube(cluster: Cluster, api: JobApi) -> Kube:
@@ -160,9 +175,9 @@ def _keyed_by_manager(items: list[Any]) -> bool:
 
 
 def created_by_up(api: JobApi, settings: StackSettings) -> int:
-    """What a first `up` creates: the provider, claim, secret and job, a runtime where the API
-    has one, five components and the stack itself."""
-    return 10 + (api.runtime_manifest(settings) is not None)
+    """What a first `up` creates: the provider, claim, secret, NetworkPolicy and job, a runtime
+    where the API has one, six components and the stack itself."""
+    return 12 + (api.runtime_manifest(settings) is not None)
 
 
 def runtime_type(api: JobApi) -> str:
@@ -252,6 +267,11 @@ def test_up_creates_secret_claim_and_job_as_the_builders_describe(
     claim = kube.claim(names.claim)
     assert contains(claim, checkpoint_claim_manifest(settings)) == []
     assert claim["status"]["phase"] == "Bound"
+
+    expected_policy = network_policy_manifest(settings)
+    assert expected_policy is not None
+    policy = kube.network_policy(expected_policy["metadata"]["name"])
+    assert contains(policy, expected_policy) == []
 
     runtime = api.runtime_manifest(settings)
     if runtime is not None:
