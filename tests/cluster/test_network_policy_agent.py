@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,25 +60,18 @@ def test_the_agent_judges_for_its_node_on_its_queue() -> None:
     assert any(arg.startswith("--metrics-bind-address=127.0.0.1:") for arg in args)
 
 
-@pytest.fixture
-def namespaces(tmp_path: Path) -> Iterator[NodeNamespaces]:
-    if os.geteuid() != 0 or not shutil.which("iptables"):
-        pytest.skip("a node's namespaces need root, its datapath iptables")
-    if not Path("/proc/sys/net/bridge").is_dir():
-        pytest.skip("no br_netfilter in this kernel")
-    created = NodeNamespaces(tmp_path / "ns")
-    try:
-        created.create()
-        yield created
-    finally:
-        created.destroy()
-
-
 def forward_chain(*prefix: str) -> str:
     argv = [*prefix, "iptables", "-w", "-S", "FORWARD"]
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("iptables"),
+    reason="a node's namespaces need root, its datapath iptables",
+)
+@pytest.mark.skipif(
+    not Path("/proc/sys/net/bridge").is_dir(), reason="no br_netfilter in this kernel"
+)
 def test_the_datapath_queues_new_forwarded_connections_in_the_nodes_namespace_alone(
     namespaces: NodeNamespaces,
 ) -> None:

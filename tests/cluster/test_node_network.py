@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -119,18 +119,6 @@ def test_the_proxy_answers_only_connect(tmp_path: Path) -> None:
             return await reader.readuntil(b"\r\n")
 
     assert asyncio.run(scenario()) == b"HTTP/1.1 405 Method Not Allowed\r\n"
-
-
-@pytest.fixture
-def namespaces(tmp_path: Path) -> Iterator[NodeNamespaces]:
-    created = NodeNamespaces(tmp_path / "ns")
-    try:
-        created.create()
-        yield created
-    finally:
-        created.destroy()
-    assert not created.directory.exists()
-    assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
 
 
 @needs_root
