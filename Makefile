@@ -13,9 +13,12 @@ STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) | sha256sum | cut -c1-16
 STACK ?= dev## the stack, Pulumi.<STACK>.yaml: dev, prod, trainjob, digits, or local and digits-local (the one-machine cluster's)
 PULUMI_ARGS ?=## more flags for pulumi preview|up|destroy (--yes, --expect-no-changes, --replace URN)
 EVENT_LOG ?=## preview|up|destroy: also write the engine's events to this file, one JSON line each
-OUT ?=## make checkpoint: where the copies go (default .checkpoints/<STACK>-retrieved)
+OUT ?=## make checkpoint: where the copies go (default .checkpoints/<STACK>-retrieved); make plot: the PNG (default .checkpoints/<STACK>-run.png)
+ROOT ?=## make plot: the run's directory or s3:// URL (default: STACK's bucket, or what make checkpoint or make local left in .checkpoints/)
 RETRIEVE_ARGS ?=## make checkpoint: more flags (--all, --epoch 4, --image IMAGE)
 STATUS_ARGS ?=## make status: more flags (--no-follow, --tail N)
+LOGDIR ?=## make tensorboard: the directory of event files it reads, searched below (default .checkpoints/<STACK>-retrieved, what make checkpoint copied; .checkpoints/<STACK> for make local's runs)
+TENSORBOARD_ARGS ?=## make tensorboard: more flags (--port 6007, --bind_all)
 CONFIG_ARGS ?=## make config: what follows `pulumi config` ('set --path KEY VALUE', 'set --secret --path KEY' reading stdin, 'get KEY')
 BACKEND ?= process## make local: process (torchrun here) or container (each replica a container of IMAGE)
 CHECKPOINT_ROOT ?=## make local: where the run's checkpoints go: a directory (default .checkpoints/<STACK>) or s3://BUCKET[/PREFIX]
@@ -49,7 +52,7 @@ WITH_CLUSTER_TOOLS := $(if $(CLUSTER_STACK),$(BIN)/python -m cluster run --tools
 SHELL_SCRIPTS := $(wildcard trainer/*.sh scripts/*.sh bench/*.sh cluster/*.sh) .ci/run
 WORKFLOWS := $(wildcard .github/workflows/*.yml)
 
-.PHONY: checkpoint cluster cluster-down cluster-status config docs docs-serve help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
+.PHONY: checkpoint plot tensorboard cluster cluster-down cluster-status config docs docs-serve help venv policy-venv test test-fast e2e e2e-tools lint format check-shell check-workflows pytest local base-image image image-test render preview up destroy status bench clean pulumi-cli
 
 help: ## List the targets and the variables they read.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -136,6 +139,16 @@ image-test: $(STAMP) ## The image and container tests: build, train in container
 
 checkpoint: $(STAMP) ## Copy STACK's newest checkpoint from its claim to OUT (default .checkpoints/STACK-retrieved).
 	@$(ON_RUNNING_CLUSTER) $(BIN)/python -m tools.retrieve --stack $(STACK) $(if $(OUT),--out $(OUT)) $(RETRIEVE_ARGS)
+
+plot: $(STAMP) ## Draw STACK's run (loss, samples/s, checkpoint saves, restarts) to OUT (default .checkpoints/STACK-run.png), from ROOT or where it ran.
+	@$(BIN)/python -m tools.plot_run --stack $(STACK) $(if $(ROOT),--root $(ROOT)) $(if $(OUT),--out $(OUT))
+
+# TensorBoard finds the event files in every folder below LOGDIR: a run's tensorboard/, or several
+# runs' to compare them (LOGDIR=.checkpoints).
+TENSORBOARD_LOGDIR = $(or $(LOGDIR),.checkpoints/$(STACK)-retrieved)
+tensorboard: $(STAMP) ## Open TensorBoard (http://localhost:6006) on LOGDIR (default .checkpoints/STACK-retrieved: the run make checkpoint copied).
+	@test -d '$(TENSORBOARD_LOGDIR)' || { echo "make tensorboard: $(if $(LOGDIR),LOGDIR=$(LOGDIR) is not a directory,no $(TENSORBOARD_LOGDIR) yet: make checkpoint STACK=$(STACK) copies the run there (or name a directory with LOGDIR=DIR))" >&2; exit 2; }
+	$(BIN)/tensorboard --logdir '$(TENSORBOARD_LOGDIR)' $(TENSORBOARD_ARGS)
 
 render: $(STAMP) ## Write the manifests STACK would apply to rendered/STACK/.
 	$(BIN)/python -m tools.render --stack $(STACK) --out rendered/$(STACK)

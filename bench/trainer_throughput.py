@@ -57,6 +57,7 @@ from trainer.data import GlobalBatches
 from trainer.distributed import DistContext, run_and_exit
 from trainer.loop import Trainer
 from trainer.metrics import read_metrics
+from trainer.progress import DEFAULT_REPORT_EVERY_S
 from trainer.resume import ResumePoint
 from trainer.stop_agreement import StopAgreement
 from trainer.task import TaskContext, regression_task
@@ -93,7 +94,14 @@ def baseline(args: argparse.Namespace, rank: int) -> dict[str, float | str]:
     }
 
 
-def ours(args: argparse.Namespace, rank: int, directory: Path) -> dict[str, float | str]:
+def ours(
+    args: argparse.Namespace, rank: int, directory: Path, *, reporting: bool = True
+) -> dict[str, float | str]:
+    """The trainer's loop; ``reporting``: with rank 0's progress reports (trainer.progress:
+    the @progress line, TensorBoard's event files and Prometheus' /metrics on a free port, at
+    the default interval), else the same run with the reporter removed."""
+    if reporting and rank == 0:
+        os.environ["METRICS_PORT"] = str(free_port())
     started = time.perf_counter()
     cpu_started = time.process_time()
     directory.mkdir(exist_ok=True)
@@ -109,9 +117,16 @@ def ours(args: argparse.Namespace, rank: int, directory: Path) -> dict[str, floa
     global_batch = args.batch_size * WORLD_SIZE
     trainer = Trainer.build(config, ctx, global_batch)
     point = ResumePoint(None, 0, 0, global_batch)
-    trainer.run(point, StopAgreement(ctx), trainer.restore(point, None))
+    carried = trainer.restore(point, None)
+    if not reporting and trainer.reporter is not None:
+        trainer.reporter.close()
+        trainer.reporter = None
+    trainer.run(point, StopAgreement(ctx), carried)
     if trainer.writer is not None:
         trainer.writer.close()
+    if trainer.reporter is not None:
+        trainer.reporter.close()
+        os.environ.pop("METRICS_PORT", None)
     end_to_end = time.perf_counter() - started
     result: dict[str, float | str] = {
         "end_to_end_s": end_to_end,
@@ -140,17 +155,18 @@ def throughput_rank(rank: int, args: argparse.Namespace, port: int, out: str) ->
         world_size=WORLD_SIZE,
         timeout=timedelta(seconds=300),
     )
-    runs: dict[str, list[dict[str, float | str]]] = {"baseline": [], "ours": []}
+    runs: dict[str, list[dict[str, float | str]]] = {"baseline": [], "ours": [], "quiet": []}
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
         # Alternate the two so a burst of load from elsewhere hits both; report medians.
         for round_index in range(args.rounds):
-            for name in ("baseline", "ours"):
+            for name in ("baseline", "ours", "quiet"):
                 dist.barrier()
                 if name == "baseline":
                     result = baseline(args, rank)
                 else:
-                    result = ours(args, rank, directory / str(round_index))
+                    run_directory = directory / f"{name}-{round_index}"
+                    result = ours(args, rank, run_directory, reporting=name == "ours")
                 runs[name].append(result)
         dist.barrier()
     cpu = {name: [float(run["cpu_s"]) for run in values] for name, values in runs.items()}
@@ -159,6 +175,7 @@ def throughput_rank(rank: int, args: argparse.Namespace, port: int, out: str) ->
     if rank == 0:
         steps = args.epochs * -(-args.dataset_size // WORLD_SIZE // args.batch_size)
         results: dict[str, dict[str, float | str]] = {}
+        per_round: dict[str, list[float]] = {}
         for name, values in runs.items():
             rates = [float(run["samples_per_s"]) for run in values]
             # CPU seconds of both ranks per step: what a step costs, whatever else the
@@ -167,6 +184,7 @@ def throughput_rank(rank: int, args: argparse.Namespace, port: int, out: str) ->
                 sum(rank_cpu[name][index] for rank_cpu in every_rank if rank_cpu) / steps
                 for index in range(len(values))
             ]
+            per_round[name] = cpu_per_step
             results[name] = {
                 "samples_per_s": statistics.median(rates),
                 "end_to_end_s": statistics.median(float(run["end_to_end_s"]) for run in values),
@@ -179,6 +197,15 @@ def throughput_rank(rank: int, args: argparse.Namespace, port: int, out: str) ->
         ]
         results["paired"] = {"median_ratio": statistics.median(ratios), "min": min(ratios)}
         results["paired"]["max"] = max(ratios)
+        # What the reports cost: CPU per step of the same run with them and without, paired by
+        # round (every second of the run counts: samples/s leaves the epoch-end report out).
+        paired = zip(per_round["ours"], per_round["quiet"], strict=True)
+        costs = [mine / quiet - 1 for mine, quiet in paired]
+        results["reporting"] = {
+            "median_cost": statistics.median(costs),
+            "min": min(costs),
+            "max": max(costs),
+        }
         Path(out).write_text(json.dumps(results))
     dist.destroy_process_group()
     return 0
@@ -549,6 +576,25 @@ def main() -> int:
     )
     same = "yes" if base["model_sha256"] == mine["model_sha256"] else "NO"
     print(f"{'bitwise-equal final weights':34}{same:>22}")
+    quiet, cost = results["quiet"], results["reporting"]
+    print(
+        f"\nprogress reports (@progress line, TensorBoard, Prometheus /metrics; every "
+        f"{DEFAULT_REPORT_EVERY_S:g} s and each epoch's end) vs the same run without them:"
+    )
+    print(
+        f"{'  steady-state samples/s, with / without':50}{mine['samples_per_s']:>9,.0f}"
+        f" / {quiet['samples_per_s']:,.0f}"
+    )
+    print(
+        f"{'  CPU us per step (both ranks), with / without':50}{mine['cpu_us_per_step']:>9,.0f}"
+        f" / {quiet['cpu_us_per_step']:,.0f}"
+    )
+    print(
+        f"{'  CPU cost per step, paired median (min to max)':50}{cost['median_cost']:>9.2%}"
+        f"  ({cost['min']:.2%} to {cost['max']:.2%})"
+    )
+    same = "yes" if quiet["model_sha256"] == mine["model_sha256"] else "NO"
+    print(f"{'  bitwise-equal final weights, with / without':50}{same:>9}")
     fetch = data_path(args)
     print(
         f"{'one batch from the data path, us':34}{fetch['baseline']:>22.0f}"

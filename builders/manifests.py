@@ -40,6 +40,7 @@ from settings.values import (
     APP_DIR,
     CHECKPOINT_DIR_ENV,
     JOB_NAME_ENV,
+    METRICS_PORT_ENV,
     SHM_DIR,
     STACK_NAME_ENV,
     quantity_value,
@@ -48,6 +49,9 @@ from settings.values import (
 ENTRYPOINT = APP_DIR + "/trainer/entrypoint.sh"
 CHECKPOINT_VOLUME = "checkpoints"
 SHM_VOLUME = "dshm"
+# The training container's port rank 0 serves Prometheus' /metrics on (`metrics.enabled`): the
+# job's NetworkPolicy and the PodMonitor name it, so a change of `metrics.port` is one place.
+METRICS_PORT_NAME = "metrics"
 # A job.volumes entry's volume in the pods: `data-<its index>`.
 DATA_VOLUME_PREFIX = "data-"
 # A job.command under `job.launcher: torchrun`: torchrun takes its nodes, rank, processes per
@@ -417,14 +421,24 @@ def run_command(settings: StackSettings) -> dict[str, Any]:
 def contract_env(settings: StackSettings) -> list[dict[str, str]]:
     """What every pod tells any training script (docs/tutorials/your-own-model.md): this run's
     directory on the checkpoint claim (its s3:// URL with object storage), the job's name and
-    the stack's."""
+    the stack's, and with `metrics.enabled` the port rank 0 serves Prometheus' /metrics on."""
     env = [
         {"name": CHECKPOINT_DIR_ENV, "value": settings.checkpoint_dir},
         {"name": JOB_NAME_ENV, "value": settings.job.name},
     ]
     if settings.stack_name is not None:
         env.append({"name": STACK_NAME_ENV, "value": settings.stack_name})
+    if settings.metrics.enabled:
+        env.append({"name": METRICS_PORT_ENV, "value": str(settings.metrics.port)})
     return env
+
+
+def metrics_ports(settings: StackSettings) -> list[dict[str, Any]]:
+    """The training container's port `metrics` (`metrics.enabled`), for each job API to place
+    where its pods get their container ports; none without metrics."""
+    if not settings.metrics.enabled:
+        return []
+    return [{"name": METRICS_PORT_NAME, "containerPort": settings.metrics.port, "protocol": "TCP"}]
 
 
 def storage_env(settings: StackSettings) -> list[dict[str, Any]]:

@@ -10,6 +10,10 @@ of another job, of another namespace or `make checkpoint`'s reader (component
 `checkpoint-reader`) matches neither side. Exec, logs and port-forwarding go through the kubelet,
 not the pod network, and are not affected.
 
+With `metrics.enabled` one more rule admits connections to the pods' port `metrics` (TCP, the
+port rank 0 serves Prometheus' /metrics on) from the pods of the namespaces `metrics.scrapeFrom`
+names (where Prometheus runs), and to that port only.
+
 Egress stays open unless `network.egress` lists destinations: then the pods reach their own job's
 pods, name resolution (port 53, TCP and UDP, at any address: the workers look up the master's
 Service name, and where the cluster's DNS runs is the cluster's business) and those destinations.
@@ -21,7 +25,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from builders.job_apis import api_of_settings
-from builders.manifests import common_labels, object_metadata, resource_names
+from builders.manifests import (
+    METRICS_PORT_NAME,
+    common_labels,
+    object_metadata,
+    resource_names,
+)
 from settings.stack import EgressSettings, StackSettings
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -66,6 +75,24 @@ def _egress_rule(destination: EgressSettings) -> dict[str, Any]:
     return rule
 
 
+def metrics_ingress(settings: StackSettings) -> dict[str, Any]:
+    """The rule that lets Prometheus scrape: the port `metrics`, TCP, from every pod of the
+    namespaces `metrics.scrapeFrom` names (by the name label the API server sets on each)."""
+    namespaces = {
+        "matchExpressions": [
+            {
+                "key": NAMESPACE_NAME_LABEL,
+                "operator": "In",
+                "values": list(settings.metrics.scrape_from),
+            }
+        ]
+    }
+    return {
+        "from": [{"namespaceSelector": namespaces}],
+        "ports": [{"port": METRICS_PORT_NAME, "protocol": "TCP"}],
+    }
+
+
 def network_policy_manifest(settings: StackSettings) -> dict[str, Any] | None:
     """The job's NetworkPolicy; None when `network.policy` is off."""
     network = settings.network
@@ -77,6 +104,8 @@ def network_policy_manifest(settings: StackSettings) -> dict[str, Any] | None:
         # No ports: the collectives' ports are chosen at run time.
         "ingress": [{"from": [{"podSelector": job_pods(settings)}]}],
     }
+    if settings.metrics.enabled:
+        spec["ingress"].append(metrics_ingress(settings))
     if network.egress is not None:
         spec["policyTypes"].append("Egress")
         spec["egress"] = [

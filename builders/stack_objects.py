@@ -16,6 +16,7 @@ from builders.manifests import (
     storage_secret_manifest,
 )
 from builders.network_policy import network_policy_manifest
+from builders.pod_monitor import pod_monitor_manifest
 from settings.stack import StackSettings
 
 
@@ -34,11 +35,14 @@ class StackObjects:
     storage_secret: dict[str, Any] | None = None
     # Who may connect to the job's pods (and whom they may reach): `network.policy`.
     network_policy: dict[str, Any] | None = None
+    # The Prometheus Operator's PodMonitor of the job's pods: `metrics.podMonitor`.
+    pod_monitor: dict[str, Any] | None = None
 
     def in_apply_order(self) -> list[dict[str, Any]]:
         """The job pulls with the Secret, reads its environment's and its storage's Secrets,
         mounts the claim and runs on its runtime, so they all come before it; its pods start
-        isolated, so the NetworkPolicy comes first."""
+        isolated, so the NetworkPolicy comes first; and they are scraped from their start, so
+        the PodMonitor comes after their prerequisites and just before the job."""
         return [
             manifest
             for manifest in (
@@ -48,6 +52,7 @@ class StackObjects:
                 self.storage_secret,
                 self.claim,
                 self.runtime,
+                self.pod_monitor,
                 self.job,
             )
             if manifest is not None
@@ -80,4 +85,5 @@ def stack_objects(settings: StackSettings, *, image: Any, password: Any) -> Stac
         # The same: the credentials as the settings hold them, secret Outputs or REDACTED.
         storage_secret=storage_secret_manifest(settings),
         network_policy=network_policy_manifest(settings),
+        pod_monitor=pod_monitor_manifest(settings),
     )

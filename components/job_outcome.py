@@ -44,7 +44,14 @@ from typing import Any, TypeVar
 import pulumi
 
 from readers.job_state import JobState, Progress, failure_report, replica_line
-from readers.job_watch import JobWatch, JobWatchError, WaitTimeoutError, api_errors
+from readers.job_watch import (
+    PROGRESS_SECONDS,
+    JobWatch,
+    JobWatchError,
+    TrainingProgress,
+    WaitTimeoutError,
+    api_errors,
+)
 from readers.queue_state import queue_line
 from settings.stack import RUNNING_TIMEOUT_SECONDS
 
@@ -67,6 +74,7 @@ class WaitTarget:
     stack: str
     kind: str = "PyTorchJob"  # the job's API kind
     running_timeout_seconds: int = RUNNING_TIMEOUT_SECONDS  # job.runningTimeoutSeconds
+    rank0: str = ""  # rank 0's stable pod name: its log's progress is said while waiting
 
     @property
     def title(self) -> str:
@@ -155,6 +163,7 @@ class JobOutcome:
                         f"again (pulumi up --replace '{urn}' does)",
                     )
                     return state
+            training = TrainingProgress(watch, target.rank0, lambda line: log("info", line))
             state = watch.wait(
                 lambda state: (
                     target.reached(state)
@@ -164,7 +173,10 @@ class JobOutcome:
                 timeout=target.running_timeout_seconds if target.wait_for == "running" else None,
                 on_change=Progress(lambda line: log("info", line)),
                 describe=Progress.key,
+                every=(PROGRESS_SECONDS, training) if target.rank0 else None,
             )
+            if target.rank0 and state.outcome is not None:
+                training(state)  # the final figures, or that the script reported none
         except WaitTimeoutError as timeout:
             pods = [f"  {replica_line(r)}" for r in timeout.state.replicas] or ["  no pods"]
             if timeout.state.queue is not None:

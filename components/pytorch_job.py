@@ -41,5 +41,6 @@ class PyTorchJob(pulumi.ComponentResource):
             kube_context=args.kube_context,
             depends_on=args.depends_on,
             parent=self,
+            rank0=args.rank0,
         )
         self.register_outputs({"jobName": self.job_name})

@@ -52,5 +52,6 @@ class TrainJob(pulumi.ComponentResource):
             depends_on=dependencies,
             parent=self,
             runtime=runtime,
+            rank0=args.rank0,
         )
         self.register_outputs({"jobName": self.job_name})

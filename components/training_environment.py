@@ -31,6 +31,7 @@ from builders.job_apis import JobApi, api_of_settings
 from builders.manifests import resource_names
 from builders.stack_objects import stack_objects
 from components.checkpoint_volume import CheckpointVolume
+from components.job_metrics import JobMetrics
 from components.job_network import JobNetwork
 from components.stack_secret import StackSecret
 from components.training_image import TrainingImage, registry_auth
@@ -162,8 +163,9 @@ def _with_secrets(
 
 
 class TrainingEnvironment(pulumi.ComponentResource):
-    """Composes TrainingImage, JobNetwork, its StackSecrets, CheckpointVolume and the
-    job: the component of the job API `job.api` names (a PyTorchJob or a TrainJob).
+    """Composes TrainingImage, JobNetwork, its StackSecrets, CheckpointVolume, JobMetrics (with
+    `metrics.podMonitor`) and the job: the component of the job API `job.api` names (a
+    PyTorchJob or a TrainJob).
 
     Its outputs are StackOutputs' fields, as attributes (`environment.job_name`) and in
     `outputs`. An argument that is an Output (another stack's, another resource's) defers the
@@ -248,8 +250,9 @@ class TrainingEnvironment(pulumi.ComponentResource):
         name: str, settings: StackSettings, child: pulumi.ResourceOptions
     ) -> tuple[pulumi.Output[str], pulumi.Output[str | None], pulumi.Output[str]]:
         """The image, the job's NetworkPolicy, the pull secret, the environment's and the
-        storage's secrets, the claim and the job; returns the image reference, the claim's name
-        (None without a claim: object storage) and the job's name."""
+        storage's secrets, the claim, the job's PodMonitor and the job; returns the image
+        reference, the claim's name (None without a claim: object storage) and the job's
+        name."""
         image = TrainingImage(f"{name}-image", settings.image, settings.registry, opts=child)
         registry = settings.registry
         objects = stack_objects(
@@ -286,9 +289,18 @@ class TrainingEnvironment(pulumi.ComponentResource):
             )
             job_dependencies.append(volume)
             claim = volume.claim_name
-        job = job_component(api_of_settings(settings))(
+        if objects.pod_monitor is not None:
+            job_dependencies.append(JobMetrics(f"{name}-metrics", objects.pod_monitor, opts=child))
+        api = api_of_settings(settings)
+        job = job_component(api)(
             f"{name}-job",
-            JobArgs(settings.job, objects, settings.kube_context, job_dependencies),
+            JobArgs(
+                settings.job,
+                objects,
+                settings.kube_context,
+                job_dependencies,
+                rank0=api.rank0_pod(settings),
+            ),
             opts=child,
         )
         return image.image_ref, claim, job.job_name

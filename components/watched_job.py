@@ -51,6 +51,7 @@ class JobArgs:
     objects: StackObjects
     kube_context: str | None
     depends_on: Sequence[pulumi.Resource] = ()
+    rank0: str = ""  # rank 0's stable pod name (JobApi.rank0_pod), whose log holds the progress
 
 
 def watched_job(
@@ -62,6 +63,7 @@ def watched_job(
     depends_on: Sequence[pulumi.Resource],
     parent: pulumi.Resource,
     runtime: Mapping[str, Any] | None = None,
+    rank0: str = "",
 ) -> tuple[k8s.apiextensions.CustomResource, pulumi.Output[str]]:
     """The job's custom resource, replaced (delete first) on any change of its spec, its pods'
     admission checked before it is created (with `runtime`, the TrainingRuntime the stack
@@ -95,6 +97,7 @@ def watched_job(
             stack=pulumi.get_stack(),
             kind=manifest["kind"],
             running_timeout_seconds=job.running_timeout_seconds,
+            rank0=rank0,
         )
         outcome = JobOutcome(name, target)
     after = [] if outcome is None else [outcome.hook]

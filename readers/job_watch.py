@@ -23,6 +23,7 @@ from typing import Any
 
 from builders.job_apis import JobApi, api_of_kind
 from readers.job_state import DEFAULT_KIND, LOG_LINES, JobState, Replica, job_state
+from readers.progress_report import SCAN_LINES, ProgressReport, last_report, no_report, summary
 from readers.queue_state import (
     JOB_UID_LABEL,
     KUEUE_GROUP,
@@ -40,6 +41,9 @@ WINDOW_SECONDS = 20
 # Consecutive failed reads of the API server before a wait gives up (a few minutes of retries).
 MAX_API_ERRORS = 30
 EVENTS_SHOWN = 10
+# How often a wait reads rank 0's log for the training's progress (TrainingProgress).
+PROGRESS_SECONDS = 30
+NO_REPORT_GRACE_SECONDS = 90
 
 
 class JobWatchError(RuntimeError):
@@ -264,6 +268,19 @@ class JobWatch:
         written = str(text).splitlines()
         return (written[-lines:] if lines else written) or "the log is empty"
 
+    def rank0_progress(self, state: JobState, rank0: str) -> ProgressReport | bool:
+        """Rank 0's last report (readers/progress_report.py) from its log as the API server
+        serves it now; False when its log has none; True when there is no log to look in yet
+        (no rank 0 pod, an empty log, a node that serves none: nothing to say about it)."""
+        replica = next((r for r in state.replicas if r.role == rank0), None)
+        if replica is None:
+            return True
+        lines = self.log_tail(replica, SCAN_LINES)
+        if isinstance(lines, str):
+            return True
+        report = last_report(lines)
+        return report if report is not None else False
+
     def follow_log(self, pod: str, *, tail: int | None) -> Iterator[str]:
         """The container's log as it is written, until the container ends; ApiException when
         the API server cannot serve it."""
@@ -319,13 +336,17 @@ class JobWatch:
         timeout: float | None = None,
         on_change: Callable[[JobState], None] = lambda state: None,
         describe: Callable[[JobState], object] = lambda state: "",
+        every: tuple[float, Callable[[JobState], None]] | None = None,
     ) -> JobState:
         """Watch the job until `done(state)`; `on_change` sees each state that `describe`
-        tells apart from the last. WaitTimeoutError after `timeout` seconds; JobWatchError
-        when the job is deleted first, or the API server stays unreachable."""
+        tells apart from the last; `every` (seconds, call) is called with the state that often
+        too, whether the job changed or not (the training's progress is in rank 0's log, not in
+        the job). WaitTimeoutError after `timeout` seconds; JobWatchError when the job is
+        deleted first, or the API server stays unreachable."""
         from kubernetes.client import ApiException
 
         deadline = None if timeout is None else time.monotonic() + timeout
+        next_call = None if every is None else time.monotonic() + every[0]
         said: object = None
         errors = 0
         job: dict[str, Any] | None = None
@@ -339,6 +360,9 @@ class JobWatch:
                     on_change(state)
                 if done(state):
                     return state
+                if every is not None and next_call is not None and time.monotonic() >= next_call:
+                    every[1](state)
+                    next_call = time.monotonic() + every[0]
                 if job is not None:  # the watch saw it deleted, and it had not finished
                     raise JobWatchError(
                         f"{self.title} was deleted before it finished (it was {state.phase})"
@@ -352,6 +376,8 @@ class JobWatch:
                 window = WINDOW_SECONDS if left is None else min(WINDOW_SECONDS, left)
                 if state.queued:  # Kueue's reasons change without a change of the job
                     window = min(window, QUEUED_REMINDER_SECONDS / 3)
+                if next_call is not None:
+                    window = max(1.0, min(window, next_call - time.monotonic()))
                 job = self._next_change(state.resource_version, window)
                 errors = 0
             except api_errors() as error:
@@ -371,3 +397,34 @@ class JobWatch:
                     ) from None
                 job = None
                 time.sleep(min(2 * errors, 10))
+
+
+class TrainingProgress:
+    """Says rank 0's progress (its last report, readers/progress_report.py) whenever it is a
+    new one: what `pulumi up`'s wait prints every PROGRESS_SECONDS. A log without any report
+    is said once, after NO_REPORT_GRACE_SECONDS of reading none (a trainer reports within
+    TRAINER_REPORT_EVERY_S of its first step; its start-up, rendezvous and data loading come
+    before that)."""
+
+    def __init__(self, watch: JobWatch, rank0: str, say: Callable[[str], None]) -> None:
+        self._watch, self._rank0, self._say = watch, rank0, say
+        self._last: object = None
+        self._none_since: float | None = None
+        self._said_none = False
+
+    def __call__(self, state: JobState) -> None:
+        found = self._watch.rank0_progress(state, self._rank0)
+        if isinstance(found, ProgressReport):
+            key = (found.time, found.epoch, found.step, found.done, found.checkpoint)
+            if key != self._last:
+                self._last = key
+                self._say(f"{self._watch.name}: {summary(found)}")
+            return
+        if found is True or self._said_none:
+            return
+        now = time.monotonic()
+        if self._none_since is None:
+            self._none_since = now
+        if now - self._none_since >= NO_REPORT_GRACE_SECONDS or state.outcome is not None:
+            self._said_none = True
+            self._say(f"{self._watch.name}: {no_report()}")

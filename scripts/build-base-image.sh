@@ -9,7 +9,7 @@
 #
 # The image is a debootstrap'd minimal bookworm with python3 and a virtual environment in
 # /opt/venv (on PATH, so `torchrun` is there as in the NGC image) holding torch and numpy, boto3,
-# which trainer/Dockerfile installs, and scikit-learn, which examples/digits/Dockerfile installs
+# prometheus-client and tensorboardX (with protobuf), which trainer/Dockerfile installs, and scikit-learn, which examples/digits/Dockerfile installs
 # (so their pip finds them there and an image built on it needs no network).
 # The PyPI torch for Linux is a CUDA build: it cannot import without its nvidia-* wheels (about
 # 2.7 GB installed), so they are in, and the image is about 4 GB like the NGC one. The script
@@ -27,9 +27,11 @@ cd "$repo_root"
 python=${PYTHON:-.venv/bin/python}
 suite=${DEBIAN_SUITE:-bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-pins=$(grep -E '^(torch|numpy|boto3|scikit-learn)==' requirements-dev.txt | sort)
-[[ $(wc -l <<<"$pins") -eq 4 ]] || {
-  echo "build-base-image.sh: requirements-dev.txt must pin torch==, numpy==, boto3== and scikit-learn==" >&2
+pins=$(grep -E '^(torch|numpy|boto3|scikit-learn|prometheus-client|tensorboardX|protobuf)==' \
+  requirements-dev.txt | sort)
+[[ $(wc -l <<<"$pins") -eq 7 ]] || {
+  echo "build-base-image.sh: requirements-dev.txt must pin torch==, numpy==, boto3==," \
+    "scikit-learn==, prometheus-client==, tensorboardX== and protobuf==" >&2
   exit 2
 }
 inputs_hash=$(printf '%s\n' "$(cat "${BASH_SOURCE[0]}")" "$suite" "$pins" | sha256sum | cut -c1-16)

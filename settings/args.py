@@ -186,7 +186,7 @@ class JobArgs(TypedDict, total=False):
     run_as_root: pulumi.Input[bool]
     """run the pods as root (uid 0) instead of `job.securityContext.runAsUser`, for an image that needs it: Pod Security \"restricted\" refuses such pods, and the policy pack flags it (default: `false`; allowed: true or false)"""
     command: pulumi.Input[list[str]]
-    """what each pod runs instead of the project's trainer: under `torchrun` (one process per GPU, its rendezvous from the job's controller), e.g. `[train.py, --epochs, '10']`, or the whole command with `job.launcher: none`; the pods get `CHECKPOINT_DIR`, `JOB_NAME` and `STACK_NAME` (docs/tutorials/your-own-model.md) (default: unset; allowed: a list of strings, such as [train.py, --epochs, '10'] (not one string))"""
+    """what each pod runs instead of the project's trainer: under `torchrun` (one process per GPU, its rendezvous from the job's controller), e.g. `[train.py, --epochs, '10']`, or the whole command with `job.launcher: none`; the pods get `CHECKPOINT_DIR`, `JOB_NAME` and `STACK_NAME`, and `METRICS_PORT` with `metrics.enabled` (docs/tutorials/your-own-model.md) (default: unset; allowed: a list of strings, such as [train.py, --epochs, '10'] (not one string))"""
     launcher: pulumi.Input[str]
     """`torchrun` starts `job.command`; `none` runs it as the container's command (it starts torchrun itself, e.g. `[bash, run.sh]`) (default: `torchrun`; allowed: one of torchrun, none)"""
     env: pulumi.Input[dict[str, str]]
@@ -231,6 +231,21 @@ class NetworkArgs(TypedDict, total=False):
     """a list of objects, each `network.egress`: A destination the job's pods may open connections to once `network.egress` lists them: an address block, or pods (of a namespace, or with labels, or both). (EgressArgs)"""
 
 
+class MetricsArgs(TypedDict, total=False):
+    """`metrics`: Prometheus metrics of the run: rank 0 serves `/metrics` on a port of its pod, the job's NetworkPolicy lets Prometheus reach it, and a PodMonitor can have the Prometheus Operator scrape it (docs/how-to/prometheus.md)."""
+
+    enabled: pulumi.Input[bool]
+    """tell every training container the port (`METRICS_PORT`) and declare it as their container port `metrics`: rank 0 serves Prometheus' `/metrics` there (the project's trainer; a `job.command` by the same convention); not with `job.clusterRuntime`, whose containers the stack cannot give a port (default: `false`; allowed: true or false)"""
+    port: pulumi.Input[int]
+    """the port rank 0 serves `/metrics` on, in its pod's own network namespace: `9450` is outside Linux's ephemeral range (32768-60999, where gloo's and NCCL's sockets get their ports) and clear of the rendezvous and of what scrape configs know as something else (9400 is NVIDIA's DCGM exporter on GPU nodes, 8000 and 8080 any web server's) (default: `9450`; allowed: a port number other than the rendezvous' 23456 (a PyTorchJob's) and 29500 (a TrainJob's): >= 1 and <= 65535)"""
+    scrape_from: pulumi.Input[list[str]]
+    """the namespaces whose pods may connect to the `metrics` port through the job's NetworkPolicy (with `network.policy`), on that port only: where Prometheus runs (default: `[\"monitoring\"]`; allowed: a list of namespace names (DNS-1123 labels), at least one)"""
+    pod_monitor: pulumi.Input[bool]
+    """declare a PodMonitor `<job>-metrics` (`monitoring.coreos.com/v1`), which has the Prometheus Operator scrape the `metrics` port of the job's pods; the cluster needs the Operator's PodMonitor CRD, and a Prometheus that selects the PodMonitor; needs `metrics.enabled` (default: `false`; allowed: true or false)"""
+    interval: pulumi.Input[str]
+    """how often Prometheus scrapes the pods through the PodMonitor (its endpoint's `interval`) (default: `30s`; allowed: a Prometheus duration longer than 0, such as 15s, 1m or 1m30s (whole numbers of y, w, d, h, m, s, ms, the largest unit first, each once))"""
+
+
 class TrainingEnvironmentArgs(TypedDict, total=False):
     """The training environment's settings: each argument is the stack setting of the same name (README.md, 'The Pulumi program'), validated as the stack's are."""
 
@@ -254,3 +269,5 @@ class TrainingEnvironmentArgs(TypedDict, total=False):
     """The `job` settings. (JobArgs)"""
     network: pulumi.Input[NetworkArgs]
     """`network`: Who may reach the job's pods, and whom they may reach (a NetworkPolicy, `<job>-network`). The rendezvous (`MASTER_PORT`) and the collectives listen without authentication: a pod that reaches them can join, stall or corrupt the run. (NetworkArgs)"""
+    metrics: pulumi.Input[MetricsArgs]
+    """`metrics`: Prometheus metrics of the run: rank 0 serves `/metrics` on a port of its pod, the job's NetworkPolicy lets Prometheus reach it, and a PodMonitor can have the Prometheus Operator scrape it (docs/how-to/prometheus.md). (MetricsArgs)"""

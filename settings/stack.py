@@ -79,14 +79,17 @@ from settings.values import (
     LabelValue,
     Launcher,
     MountPath,
+    Namespaces,
     NodeSelector,
     ObjectName,
     Parallelism,
     PathSecret,
     Platform,
     PodLabels,
+    Port,
     Ports,
     ProjectPath,
+    PrometheusDuration,
     Quantity,
     RegistryServer,
     RestartPolicy,
@@ -138,6 +141,11 @@ MAX_ID = 2**31 - 1
 RUNNING_TIMEOUT_SECONDS = 30 * 60
 # What a pod's GPUs are asked as unless `job.gpuResource` says otherwise (NVIDIA's device plugin).
 GPU_RESOURCE = "nvidia.com/gpu"
+# The port rank 0 serves Prometheus' /metrics on (`metrics.port`; MetricsSettings says why this
+# one), and the rendezvous ports it may not be: the container port `pytorchjob-port` of a
+# PyTorchJob and the torch plugin's of a TrainJob (builders/job_apis/; a test holds them equal).
+METRICS_PORT = 9450
+RENDEZVOUS_PORTS = (23456, 29500)
 CODE = "the image's code, where the pods start"
 
 
@@ -593,7 +601,7 @@ class JobSettings(_Settings):
     """what each pod runs instead of the project's trainer: under `torchrun` (one process per
     GPU, its rendezvous from the job's controller), e.g. `[train.py, --epochs, '10']`, or the
     whole command with `job.launcher: none`; the pods get `CHECKPOINT_DIR`, `JOB_NAME` and
-    `STACK_NAME` (docs/tutorials/your-own-model.md)"""
+    `STACK_NAME`, and `METRICS_PORT` with `metrics.enabled` (docs/tutorials/your-own-model.md)"""
     launcher: Launcher = "torchrun"
     """`torchrun` starts `job.command`; `none` runs it as the container's command (it starts
     torchrun itself, e.g. `[bash, run.sh]`)"""
@@ -848,6 +856,61 @@ class NetworkSettings(_Settings):
         return self
 
 
+def _not_a_rendezvous_port(port: int) -> int:
+    if port in RENDEZVOUS_PORTS:
+        raise ValueError("a rendezvous port")
+    return port
+
+
+@dataclass(frozen=True, config=_CONFIG)
+class MetricsSettings(_Settings):
+    """Prometheus metrics of the run: rank 0 serves `/metrics` on a port of its pod, the job's
+    NetworkPolicy lets Prometheus reach it, and a PodMonitor can have the Prometheus Operator
+    scrape it (docs/how-to/prometheus.md)."""
+
+    enabled: Boolean = False
+    """tell every training container the port (`METRICS_PORT`) and declare it as their
+    container port `metrics`: rank 0 serves Prometheus' `/metrics` there (the project's
+    trainer; a `job.command` by the same convention); not with `job.clusterRuntime`, whose
+    containers the stack cannot give a port"""
+    port: Annotated[
+        Port,
+        AfterValidator(_not_a_rendezvous_port),
+        Allowed(
+            "expected a port number other than the rendezvous' 23456 (a PyTorchJob's) and "
+            "29500 (a TrainJob's):"
+        ),
+    ] = METRICS_PORT
+    """the port rank 0 serves `/metrics` on, in its pod's own network namespace: `9450` is
+    outside Linux's ephemeral range (32768-60999, where gloo's and NCCL's sockets get their
+    ports) and clear of the rendezvous and of what scrape configs know as something else (9400
+    is NVIDIA's DCGM exporter on GPU nodes, 8000 and 8080 any web server's)"""
+    scrape_from: Namespaces = ("monitoring",)
+    """the namespaces whose pods may connect to the `metrics` port through the job's
+    NetworkPolicy (with `network.policy`), on that port only: where Prometheus runs"""
+    pod_monitor: Boolean = False
+    """declare a PodMonitor `<job>-metrics` (`monitoring.coreos.com/v1`), which has the
+    Prometheus Operator scrape the `metrics` port of the job's pods; the cluster needs the
+    Operator's PodMonitor CRD, and a Prometheus that selects the PodMonitor; needs
+    `metrics.enabled`"""
+    interval: PrometheusDuration = "30s"
+    """how often Prometheus scrapes the pods through the PodMonitor (its endpoint's
+    `interval`)"""
+
+    @model_validator(mode="after")
+    def _pod_monitor_needs_the_metrics(self, info: ValidationInfo) -> MetricsSettings:
+        if info.context is None:
+            return self
+        _require(
+            self.enabled or not self.pod_monitor,
+            "podMonitor",
+            self.pod_monitor,
+            "the PodMonitor scrapes the port metrics.enabled declares: set metrics.enabled: "
+            "true, or leave metrics.podMonitor out",
+        )
+        return self
+
+
 def _default_namespace(data: dict[str, Any]) -> str:
     """`default`; `runai-<runaiProject>` on runai"""
     if data.get("platform") == "runai" and data.get("runai_project") is not None:
@@ -874,6 +937,7 @@ class StackSettings(_Settings):
     checkpoints: CheckpointSettings = Field(default_factory=dict, validate_default=True)
     job: JobSettings = Field(default_factory=dict, validate_default=True)
     network: NetworkSettings = Field(default_factory=dict, validate_default=True)
+    metrics: MetricsSettings = Field(default_factory=dict, validate_default=True)
     # The stack's name, which the pods are told (STACK_NAME): not a config key, given by whoever
     # reads the config (the program, the offline tools), as the registry password is.
     stack_name: str | None = Field(None, exclude=True)
@@ -931,6 +995,16 @@ class StackSettings(_Settings):
             self.job.api,
             "platform runai schedules PyTorchJob (and the other kubeflow.org/v1 jobs) but not "
             "Trainer v2's TrainJob: use job.api: pytorchjob on runai",
+        )
+        # Trainer's runtime patch has no container ports: only the stack's own TrainingRuntime
+        # can give the `node` container its `metrics` port.
+        _require(
+            not self.metrics.enabled or self.job.cluster_runtime is None,
+            "metrics.enabled",
+            self.metrics.enabled,
+            "not with job.clusterRuntime: the metrics port is declared on the stack's own "
+            "TrainingRuntime (a TrainJob's runtime patch has no container ports, and the "
+            "cluster's runtime is not the stack's to change); leave job.clusterRuntime out",
         )
         if self.registry is not None and self.image.build and self.image.repository is not None:
             host = registry_host(self.image.repository)

@@ -51,6 +51,9 @@ CHECKPOINT_DIR_ENV = "CHECKPOINT_DIR"
 JOB_NAME_ENV = "JOB_NAME"
 STACK_NAME_ENV = "STACK_NAME"
 ENV_CONTRACT = (CHECKPOINT_DIR_ENV, JOB_NAME_ENV, STACK_NAME_ENV)
+# With `metrics.enabled`, every training container is told the port rank 0 serves Prometheus'
+# `/metrics` on (the project's trainer does; a job.command should, by the same convention).
+METRICS_PORT_ENV = "METRICS_PORT"
 # What the pods of an s3 stack are told, in boto3's own names (trainer/storage/s3.py reads them
 # through boto3): where the service is (unset: AWS), its region, and the credentials (from the
 # stack's Secret; without them, the pod's own identity: IRSA, workload identity).
@@ -62,6 +65,7 @@ S3_SECRET_ACCESS_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 # job.secretEnv entry of one of them would be overwritten or would confuse the launcher.
 RESERVED_ENV = (
     *ENV_CONTRACT,
+    METRICS_PORT_ENV,
     "PYTHONUNBUFFERED",
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -470,6 +474,39 @@ IpBlock = Annotated[
 # An item of a list of ports, whose key says what is allowed (`Ports`).
 Port = Annotated[int, BeforeValidator(_integer), Field(ge=1, le=65535)]
 Ports = Annotated[tuple[Port, ...], Allowed("expected a list of port numbers, each 1 to 65535")]
+# The namespaces a list of them names (`metrics.scrapeFrom`): at least one, as an empty list of
+# sources in a NetworkPolicy rule would admit every source.
+Namespaces = Annotated[
+    tuple[DnsLabel, ...],
+    Field(min_length=1),
+    Allowed("expected a list of namespace names (DNS-1123 labels), at least one"),
+]
+# Prometheus' duration (its model.ParseDuration, the Prometheus Operator's `Duration`): whole
+# numbers of y, w, d, h, m, s and ms, each unit at most once, the largest first.
+_PROMETHEUS_DURATION = re.compile(
+    r"^(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
+    r"(?:([0-9]+)ms)?\Z"
+)
+
+
+def _prometheus_duration(value: Any) -> Any:
+    """A scrape interval: a Prometheus duration longer than 0 ("0s" would be no interval)."""
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    match = _PROMETHEUS_DURATION.match(value)
+    if match is None or not any(int(part) for part in match.groups() if part is not None):
+        raise ValueError("not a Prometheus duration")
+    return value
+
+
+PrometheusDuration = Annotated[
+    str,
+    PlainValidator(_prometheus_duration),
+    Allowed(
+        "expected a Prometheus duration longer than 0, such as 15s, 1m or 1m30s (whole numbers "
+        "of y, w, d, h, m, s, ms, the largest unit first, each once)"
+    ),
+]
 LabelKey = _matching(
     r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z",

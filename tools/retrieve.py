@@ -8,8 +8,9 @@ has finished (or `cleanPodPolicy`, `ttlSecondsAfterFinished` or `pulumi destroy`
 nothing mounts the claim. So this starts a short-lived pod that mounts the claim read-only, with
 the job's image and pull secret while they exist (or `--image`, any image with `tar`), prints
 what `python -m trainer.checkpoint` says of the job's directory, copies the newest committed
-checkpoint (or all of them, or epoch N's) with `manifest.json` and `metrics.jsonl` to `--out`,
-checks each copied checkpoint's sha256 against the manifest, and deletes the pod: always, also
+checkpoint (or all of them, or epoch N's) with `manifest.json`, `metrics.jsonl` and the
+TensorBoard event files (`tensorboard/`, which `make tensorboard` opens) to `--out`, checks each
+copied checkpoint's sha256 against the manifest, and deletes the pod: always, also
 on Ctrl-C, SIGTERM or an error (and the pod's own deadline ends it should this process be
 killed first). A ReadWriteOnce claim that a running pod has mounted is read from that pod's
 node, the only one where it can be mounted too.
@@ -69,6 +70,7 @@ from tools.stack_cli import add_stack_arguments
 
 if TYPE_CHECKING:  # the trainer imports torch: only when a manifest is read
     from trainer.checkpoint import CheckpointEntry
+    from trainer.storage import RunStorage
 
 # Long enough for a large checkpoint to stream; the pod ends by itself after it regardless.
 DEADLINE_SECONDS = 3600
@@ -512,6 +514,7 @@ def copy_run(
     whole, as it is, and said to be unverified: nothing tells which of its files is what."""
     from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
     from trainer.metrics import METRICS_NAME
+    from trainer.tensorboard_log import DIRECTORY as TENSORBOARD_DIRECTORY
 
     directory = settings.checkpoint_dir
     code, listing, err = pod.run(["ls", "-1", "-A", "--", directory])
@@ -532,8 +535,10 @@ def copy_run(
             raise RetrieveError(unreadable(settings, err) or last)
         say(described.strip())
     out.mkdir(parents=True, exist_ok=True)
-    extras = [name for name in (MANIFEST_NAME, METRICS_NAME) if name in names]
-    pod.copy_out(directory, extras, out)
+    extras = [
+        name for name in (MANIFEST_NAME, METRICS_NAME, TENSORBOARD_DIRECTORY) if name in names
+    ]
+    pod.copy_out(directory, extras, out)  # a folder (tensorboard/) with everything in it
     copies = CheckpointStore(out)
     try:
         entries = copies.manifest()
@@ -581,11 +586,11 @@ def copy_from_storage(
     every: bool = False,
     say: Any = print,
 ) -> Copied:
-    """Copy the selected checkpoints, manifest and metrics of a run kept in object storage
-    (``checkpoints.storage: s3``) to `out`, straight from this machine through the trainer's own
-    storage backend (no pod: the bucket answers here, with this machine's credentials), each
-    checkpoint verified against the manifest as `copy_run` does; a sharded one (FSDP) is its
-    folder with every file the manifest lists."""
+    """Copy the selected checkpoints, manifest, metrics and TensorBoard event files of a run
+    kept in object storage (``checkpoints.storage: s3``) to `out`, straight from this machine
+    through the trainer's own storage backend (no pod: the bucket answers here, with this
+    machine's credentials), each checkpoint verified against the manifest as `copy_run` does; a
+    sharded one (FSDP) is its folder with every file the manifest lists."""
     from trainer.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointStore
     from trainer.metrics import METRICS_NAME
     from trainer.storage import open_storage
@@ -609,6 +614,7 @@ def copy_from_storage(
         for name in (MANIFEST_NAME, METRICS_NAME):
             if storage.exists(name):
                 (out / name).write_bytes(storage.read_bytes(name))
+        copy_event_files(storage, out, say)
         copies = CheckpointStore(out)
         chosen = select_entries(copies.manifest(), epoch=epoch, every=every)
         copied = []
@@ -637,6 +643,43 @@ def copy_from_storage(
     except OSError as error:
         raise RetrieveError(f"{root}: {error}", 2) from None
     return Copied(copied, verified=True)
+
+
+def copy_event_files(storage: RunStorage, out: Path, say: Any) -> list[Path]:
+    """The run's TensorBoard event files (``tensorboard/`` in its root) into `out/tensorboard`.
+    A run's storage names its objects but does not list them (the trainer never needs to), so
+    a bucket is listed here, with the backend's own client. The checkpoints matter more: when
+    the files cannot be copied the retrieval goes on and says so."""
+    from trainer.storage import s3
+    from trainer.tensorboard_log import DIRECTORY
+
+    if not isinstance(storage, s3.S3Storage):
+        return []
+    folder = f"{storage.prefix}/{DIRECTORY}/" if storage.prefix else f"{DIRECTORY}/"
+    copied = []
+    try:
+        with s3._as_os_errors(storage.location_of(DIRECTORY)):
+            pages = (
+                s3._client()
+                .get_paginator("list_objects_v2")
+                .paginate(Bucket=storage.bucket, Prefix=folder)
+            )
+            keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        for key in keys:
+            relative = PurePosixPath(key.removeprefix(folder))
+            if key.endswith("/") or ".." in relative.parts or not relative.parts:
+                continue  # a folder's marker, or no file of the folder (a key may say anything)
+            name = f"{DIRECTORY}/{relative}"
+            copy = out / name
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(storage.read_bytes(name))
+            copied.append(copy)
+    except OSError as error:
+        say(f"{storage.location_of(DIRECTORY)}: TensorBoard event files not copied: {error}")
+        return copied
+    if copied:
+        say(f"{storage.location_of(DIRECTORY)}: {len(copied)} TensorBoard event file(s) copied")
+    return copied
 
 
 def _copy_unverified(
@@ -718,6 +761,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 143 if isinstance(stop, Terminated) else 130
     if copied.verified:
         plot = f"python -m trainer.plot {shlex.quote(str(out))} draws the loss curve"
+        if (out / "tensorboard").is_dir():
+            plot += f", make tensorboard LOGDIR={shlex.quote(str(out))} opens its event files"
         print(f"copied to {out}: {plot}")
     else:
         print(f"copied to {out}")

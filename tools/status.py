@@ -5,11 +5,12 @@
 Which job, where: the namespace and job name come from the stack file, the cluster from its
 `kubeContext` in the kubeconfig the stack's Kubernetes provider reads (KUBECONFIG, else
 ~/.kube/config), never from a name typed by hand. It prints the job's conditions with their
-times, one row per pod (phase, restarts, last exit code and reason) and the job's recent events,
-then follows the master's log, each line prefixed with the pod's name, until the job ends (a
-master pod the operator recreates is followed again). A node that serves no logs gets the job's
-progress instead. Of a job that has already succeeded (what `make up` waits for), the master's
-last lines are shown, as they are. The end is the job's outcome, in the words `pulumi up` uses
+times, one row per pod (phase, restarts, last exit code and reason), the job's recent events and
+the training's progress (rank 0's last `@progress` report: readers/progress_report.py), then
+follows the master's log, each line prefixed with the pod's name (a progress report in words),
+until the job ends (a master pod the operator recreates is followed again). A node that serves no
+logs gets the job's progress instead. Of a job that has already succeeded (what `make up` waits
+for), the master's last lines are shown. The end is the job's outcome, in the words `pulumi up` uses
 for it.
 
 Exit codes: 0 the job succeeded, 1 it failed, 2 there is no such job (or the stack file, the
@@ -27,6 +28,7 @@ from typing import TextIO
 from builders.job_apis import api_of_settings
 from readers.job_state import JobState, Progress, failure_report, progress_line, status_table
 from readers.job_watch import JobWatch, JobWatchError, api_errors, describe_api_error
+from readers.progress_report import ProgressReport, no_report, parse_line, summary
 from settings.stack import SettingsError, load_stack_file
 from tools.stack_cli import add_stack_arguments
 
@@ -94,7 +96,7 @@ class Follower:
             self.followed.add(uid)
             try:
                 for line in self.watch.follow_log(self.pod, tail=tail):
-                    self.say(f"[{self.pod}] {line}")
+                    self.say(f"[{self.pod}] {readable(line)}")
             except api_errors() as error:
                 self.logs_served = False
                 reason = getattr(error, "reason", None) or error
@@ -127,6 +129,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             return NOT_FOUND
         print("\n".join(status_table(state, watch.events(state))), file=out, flush=True)
         # Rank 0's pod: the Master, an elastic job's worker-0, a TrainJob's node 0.
+        said = progress_row(watch, state, api.rank0_pod(settings))
+        if said:
+            print(said, file=out, flush=True)
         tail = None if args.tail < 0 else args.tail
         if state.outcome is None and not args.no_follow:
             state = Follower(watch, api.rank0_pod(settings), out).run(state, tail)
@@ -146,6 +151,21 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         return INTERRUPTED
 
 
+def readable(line: str) -> str:
+    """A log line as `make status` shows it: a progress report in words, others as they are."""
+    report = parse_line(line)
+    return line if report is None else f"progress: {summary(report)}"
+
+
+def progress_row(watch: JobWatch, state: JobState, rank0: str) -> str | None:
+    """The table's last row: rank 0's latest progress (a finished job's final figures), or
+    that its log has none; None when there is no log to read."""
+    found = watch.rank0_progress(state, rank0)
+    if isinstance(found, ProgressReport):
+        return f"Progress: {summary(found)}"
+    return None if found is True else f"Progress: {no_report()}"
+
+
 def show_log_tail(
     watch: JobWatch, state: JobState, rank0: str, tail: int | None, out: TextIO
 ) -> None:
@@ -158,7 +178,7 @@ def show_log_tail(
     if isinstance(lines, str):
         print(f"(the log of {replica.pod} is not available: {lines})", file=out, flush=True)
         return
-    print("\n".join(f"[{replica.pod}] {line}" for line in lines), file=out, flush=True)
+    print("\n".join(f"[{replica.pod}] {readable(line)}" for line in lines), file=out, flush=True)
 
 
 def finish(watch: JobWatch, state: JobState, stack: str, out: TextIO) -> int:

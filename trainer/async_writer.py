@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.multiprocessing
 
-from trainer.checkpoint import CheckpointEntry, CheckpointError, CheckpointStore
+from trainer.checkpoint import CheckpointEntry, CheckpointError, CheckpointStore, CommitRecord
 from trainer.staging import (
     STAGING_THREADS,
     copy_in_parallel,
@@ -84,11 +84,12 @@ def _writer_process_main(conn: Any, store: CheckpointStore) -> None:
         if message is None:
             return
         state, epochs, step = message
+        started = time.perf_counter()
         try:
             entry = store.commit(state, epochs, step, direct_io=True)
-            reply: tuple[str, Any] = ("ok", asdict(entry))
+            reply: tuple[str, Any, float] = ("ok", asdict(entry), time.perf_counter() - started)
         except Exception as error:
-            reply = ("error", f"{type(error).__name__}: {error}")
+            reply = ("error", f"{type(error).__name__}: {error}", 0.0)
         try:
             conn.send(reply)
         except OSError:  # the trainer is gone; a committed checkpoint stays committed
@@ -143,6 +144,9 @@ class CheckpointWriter:
         )
         self.last_committed: CheckpointEntry | None = None
         self.last_mode: str | None = None  # "inline" | "background": how the last save went
+        # Commits not yet taken by the progress reports (take_commits); the thread fallback
+        # appends from its own thread, which a list's append and swap tolerate.
+        self._new_commits: list[CommitRecord] = []
 
     # -- policy -------------------------------------------------------------------------------
 
@@ -222,7 +226,7 @@ class CheckpointWriter:
             entry = self.store.commit(state, epochs_completed, step_in_epoch)
         except (OSError, RuntimeError) as error:
             raise CheckpointError(f"checkpoint write failed: {error}") from error
-        self._committed(entry)
+        self._committed(entry, time.perf_counter() - started)
         self.last_mode = "inline"
         if self.background and time.perf_counter() - started > self.inline_budget_s:
             self._start_writer()  # measured: inline writes now cost more than a handover
@@ -285,17 +289,29 @@ class CheckpointWriter:
             return not self._conn.poll()
         return self._thread is not None and self._thread.is_alive()
 
+    def take_commits(self) -> list[CommitRecord]:
+        """The commits since the last call, collecting a background write that has finished
+        (without waiting for one that has not; its failure is raised by the next ``wait``)."""
+        if self._pending and self._conn.poll():
+            self._collect()
+        taken, self._new_commits = self._new_commits, []
+        return taken
+
+    def _collect(self) -> None:
+        """The writer process's answer for the write in flight."""
+        self._pending = False
+        try:
+            status, payload, seconds = self._conn.recv()
+        except EOFError:
+            status, payload, seconds = "error", "the checkpoint writer process died", 0.0
+        if status == "ok":
+            self._committed(CheckpointEntry.from_json(payload), seconds)
+        else:
+            self._failure.record(CheckpointError(payload))
+
     def wait(self) -> None:
         if self._pending:
-            self._pending = False
-            try:
-                status, payload = self._conn.recv()
-            except EOFError:
-                status, payload = "error", "the checkpoint writer process died"
-            if status == "ok":
-                self._committed(CheckpointEntry.from_json(payload))
-            else:
-                self._failure.record(CheckpointError(payload))
+            self._collect()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -321,11 +337,14 @@ class CheckpointWriter:
         self._conn.close()
         self._conn = self._process = None
 
-    def _committed(self, entry: CheckpointEntry) -> None:
+    def _committed(self, entry: CheckpointEntry, seconds: float) -> None:
         self.last_committed = entry
+        self._new_commits.append(CommitRecord(entry, seconds, time.time()))
         where = self.store.storage.location_of(entry.file)
         LOG.info("checkpoint committed: %s (%d bytes)", where, entry.size)
 
     def _commit_in_thread(self, state: dict[str, Any], epochs: int, step: int) -> None:
         """The thread fallback's write (its failure is kept by ``_failure`` for ``wait``)."""
-        self._committed(self.store.commit(state, epochs, step, direct_io=True))
+        started = time.perf_counter()
+        entry = self.store.commit(state, epochs, step, direct_io=True)
+        self._committed(entry, time.perf_counter() - started)

@@ -207,6 +207,17 @@ def _read_verified(
 
 
 @dataclass(frozen=True)
+class CommitRecord:
+    """A checkpoint the writers committed, with what the reports say about the write: its own
+    seconds (an inline write's, or the writer process's or thread's, not the time it then
+    waited to be collected) and the unix time of the commit."""
+
+    entry: CheckpointEntry
+    seconds: float
+    time: float
+
+
+@dataclass(frozen=True)
 class Resumable:
     """The newest checkpoint that verified, read: what a resume continues from."""
 

@@ -59,6 +59,14 @@ from trainer.distributed import (
 )
 from trainer.metrics import EpochLoss, MetricsLog, rewind
 from trainer.parallelism import FSDP, device_for_building, gradient_sync, parallelize
+from trainer.progress import (
+    ProgressReporter,
+    RunShape,
+    check_environment,
+    open_reporter,
+    restarts,
+)
+from trainer.prometheus_metrics import PrometheusMetrics
 from trainer.restore import resume_from, warm_start_from
 from trainer.resume import ResumePoint, ResumeRefusedError, decide_resume
 from trainer.rng import capture_rng
@@ -85,6 +93,7 @@ class Trainer:
     sharded_writer: ShardedWriter | None = None  # every rank, FSDP
     origin: Mapping[str, Any] | None = None  # a warm start's source, kept in every checkpoint
     step_log: StepLog | None = None  # the TRAINER_STEP_LOG hook
+    reporter: ProgressReporter | None = None  # rank 0's progress reports (trainer.progress)
 
     @classmethod
     def build(cls, config: TrainConfig, ctx: DistContext, global_batch: int) -> Trainer:
@@ -199,7 +208,38 @@ class Trainer:
                 LOG.info("metrics: dropped %d epoch row(s) after the resumed checkpoint", dropped)
             # Tells the writer policy how large checkpoints will be, before the first one.
             self.writer.prepare(self.checkpoint_state(point.epochs_completed, 0, []))
+        if self.ctx.is_main:
+            self.reporter = self._open_reporter(point)
         return carried
+
+    def _open_reporter(self, point: ResumePoint) -> ProgressReporter:
+        data = self.data
+        shape = RunShape(
+            job=os.environ.get("JOB_NAME", ""),
+            epochs=self.config.total_epochs,
+            steps_per_epoch=data.steps_per_epoch(),
+            dataset_size=data.dataset_size,
+            global_batch=data.global_batch,
+            world_size=self.ctx.world_size,
+            start_epoch=point.epochs_completed,
+            start_step=point.step_in_epoch,
+            resumed=point.location is not None,
+            restarts=restarts(os.environ),
+        )
+        committed = self.writer or self.sharded_writer
+        optimizer = self.task.optimizer
+
+        def learning_rate() -> float | None:
+            lr = optimizer.param_groups[0].get("lr")
+            return float(lr) if lr is not None else None
+
+        return open_reporter(
+            self.storage,
+            shape,
+            os.environ,
+            learning_rate=learning_rate,
+            commits=committed.take_commits if committed is not None else list,
+        )
 
     def _describe_batches(self, saved_world_size: int | None) -> None:
         data, world = self.data, self.ctx.world_size
@@ -237,8 +277,10 @@ class Trainer:
             self.data.steps_per_epoch(),
             config.total_epochs,
         )
-        step_log = self.step_log
+        step_log, reporter = self.step_log, self.reporter
+        steps_per_epoch = self.data.steps_per_epoch()
         metrics = MetricsLog(self.storage, config.total_epochs, point.epochs_completed)
+        resumed = point.location is not None  # the first row this process writes says so
         start_step = point.step_in_epoch
         carried_loss, carried_samples = carried
         last_saved = (point.epochs_completed, point.step_in_epoch) if point.location else None
@@ -247,10 +289,12 @@ class Trainer:
         slots_unstaged = self.writer is not None
         for epoch in range(point.epochs_completed, config.total_epochs):
             started = time.perf_counter()
-            loss = EpochLoss(carried_loss)
+            first_step = epoch * steps_per_epoch if reporter is not None else None
+            loss = EpochLoss(carried_loss, first_step=first_step)
             samples = carried_samples
             carried_loss, carried_samples = 0.0, 0
             stopped_at: int | None = None
+            saves: list[int] = []  # steps of this epoch done at each save, for metrics.jsonl
             for step, pieces in self.data.batches(epoch, start_step):
                 if stop.at_step():
                     stopped_at = step
@@ -261,11 +305,11 @@ class Trainer:
                     optimizer.zero_grad(set_to_none=True)
                     step_loss.backward()
                     optimizer.step()
-                    loss.add(step_loss, size)
+                    loss.add(step_loss, size, step)
                     samples += size
                     losses: Sequence[torch.Tensor] = (step_loss,)
                 else:
-                    losses = self._accumulated_step(pieces, loss)
+                    losses = self._accumulated_step(pieces, loss, step)
                     samples += sum(piece.size for piece in pieces)
                 if step_log is not None:
                     step_log.record(epoch, step, pieces, losses)
@@ -273,9 +317,12 @@ class Trainer:
                     slots_unstaged = False
                     self.stage_optimizer_slots(epoch)
                 done_steps = step + 1
+                if reporter is not None and reporter.due():
+                    reporter.during_epoch(epoch, done_steps, loss, samples)
                 if schedule.after_step(epoch, done_steps):
                     self.checkpoint(epoch, done_steps, loss, samples, final=False)
                     last_saved = (epoch, done_steps)
+                    saves.append(done_steps)
                     if stop.check():  # after slow work: see StopAgreement
                         stopped_at = done_steps
                         break
@@ -284,9 +331,12 @@ class Trainer:
                 if last_saved != (epoch, stopped_at):
                     self.checkpoint(epoch, stopped_at, loss, samples, final=True)
                 return False
-            self._end_epoch(epoch, metrics, loss, samples, started)
             done = epoch + 1
             final = done == config.total_epochs
+            if schedule.after_epoch(done):
+                saves.append(steps_per_epoch)
+            self._end_epoch(epoch, metrics, loss, samples, started, saves, resumed)
+            resumed = False
             if schedule.after_epoch(done):
                 self.checkpoint(done, 0, EpochLoss(), 0, final=final)
                 last_saved = (done, 0)
@@ -300,7 +350,7 @@ class Trainer:
         return True
 
     def _accumulated_step(
-        self, pieces: Sequence[MicroBatch], loss: EpochLoss
+        self, pieces: Sequence[MicroBatch], loss: EpochLoss, step: int
     ) -> list[torch.Tensor]:
         """One optimizer step over several micro-batches (or uneven shares): each weighted by
         its share of the window, gradients summed locally and all-reduced once, with the
@@ -314,7 +364,7 @@ class Trainer:
                 piece_loss = loss_fn(model(piece.inputs), piece.targets)
                 (piece_loss * piece.scale).backward()
             if piece.size:
-                loss.add(piece_loss, piece.size)
+                loss.add(piece_loss, piece.size, step)
             losses.append(piece_loss)
         optimizer.step()
         return losses
@@ -325,7 +375,14 @@ class Trainer:
         self.writer.prepare(self.checkpoint_state(epoch, 0, []))
 
     def _end_epoch(
-        self, epoch: int, metrics: MetricsLog, loss: EpochLoss, samples: int, started: float
+        self,
+        epoch: int,
+        metrics: MetricsLog,
+        loss: EpochLoss,
+        samples: int,
+        started: float,
+        saves: Sequence[int],
+        resumed: bool,
     ) -> None:
         totals = torch.tensor([loss.total(), float(samples)], dtype=torch.float64)
         totals = totals.to(self.ctx.device)
@@ -335,13 +392,17 @@ class Trainer:
         if self.ctx.is_main:
             total_loss, total_samples = totals.tolist()
             lr = self.task.optimizer.param_groups[0].get("lr")
-            metrics.record(
+            row = metrics.record(
                 epoch + 1,
                 total_loss / max(total_samples, 1),
                 int(total_samples),
                 time.perf_counter() - started,
                 float(lr) if lr is not None else None,
+                saves=saves,
+                resumed=resumed,
             )
+            if self.reporter is not None:
+                self.reporter.epoch_end(epoch, row, loss)
 
 
 def train(config: TrainConfig, ctx: DistContext) -> int:
@@ -357,6 +418,10 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
             )
         return 0
     trainer = Trainer.build(config, ctx, point.global_batch)
+    # The PodMonitor scrapes every pod of the job: rank 0's serves the run's figures (its
+    # reporter), each other pod's first process answers with none, so no pod reads as down.
+    other_pod = ctx.local_rank == 0 and not ctx.is_main
+    pod_metrics = PrometheusMetrics.from_environment(os.environ) if other_pod else None
     try:
         carried = trainer.restore(point, state)
         del state  # rank 0's copy of a possibly large checkpoint is not kept while training
@@ -368,6 +433,10 @@ def train(config: TrainConfig, ctx: DistContext) -> int:
                 writer.close()
         if trainer.step_log is not None:
             trainer.step_log.close()
+        if trainer.reporter is not None:
+            trainer.reporter.close()  # after the writers: the final save is reported too
+        if pod_metrics is not None:
+            pod_metrics.close()
     committed = trainer.writer or trainer.sharded_writer
     if ctx.is_main and committed is not None and committed.last_committed is not None:
         entry = committed.last_committed
@@ -387,7 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     refusal: str | None = None
     try:
         config: TrainConfig | None = parse_config(argv)
-    except UsageError as error:
+        check_environment(os.environ)
+    except (UsageError, ValueError) as error:
         config, refusal = None, f"error: {error}"
     ctx = init_distributed(config.pg_timeout if config is not None else DEFAULT_PG_TIMEOUT_S)
     configure_logging(ctx.rank)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -36,6 +37,7 @@ from trainer.checkpoint import (
     CheckpointEntry,
     CheckpointError,
     CheckpointStore,
+    CommitRecord,
     checkpoint_name,
 )
 from trainer.distributed import DistContext
@@ -68,6 +70,7 @@ class ShardedWriter:
         self._thread: threading.Thread | None = None
         self._failure = WriteFailure()
         self.last_committed: CheckpointEntry | None = None  # rank 0 only
+        self._new_commits: list[CommitRecord] = []  # rank 0's, until take_commits
         self.last_mode: str | None = None
 
     def save(
@@ -87,7 +90,7 @@ class ShardedWriter:
         if self.ctx.is_main:
             # What a failed attempt left; no rank writes before rank 0 joins DCP's planning.
             self.store.prepare_sharded(name)
-        args = (meta, target, epochs_completed, step_in_epoch)
+        args = (meta, target, epochs_completed, step_in_epoch, time.perf_counter())
         if final or not self.background:
             self._write_and_commit(dict(state), *args)
             self.last_mode = "inline"
@@ -108,6 +111,7 @@ class ShardedWriter:
         target: str,
         epochs: int,
         step: int,
+        started: float,
     ) -> None:
         if self.root is not None:
             mine = self._write_in_place(state, self.root / target)
@@ -126,6 +130,7 @@ class ShardedWriter:
             shards.update(report["files"])
         entry = self.store.commit_sharded(target, meta, shards, epochs, step)
         self.last_committed = entry
+        self._new_commits.append(CommitRecord(entry, time.perf_counter() - started, time.time()))
         LOG.info(
             "checkpoint committed: %s (%d files, %d bytes)",
             self.store.storage.location_of(entry.file),
@@ -159,6 +164,11 @@ class ShardedWriter:
 
     def in_flight(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def take_commits(self) -> list[CommitRecord]:
+        """Rank 0's commits since the last call (a background save's once it is done)."""
+        taken, self._new_commits = self._new_commits, []
+        return taken
 
     def wait(self) -> None:
         if self._thread is not None:

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from builders.job_apis import JobApi, JobApiError, PodIdentity, PodRole
 from builders.manifests import (
     job_annotations,
+    metrics_ports,
     object_metadata,
     pod_template,
     queue_labels,
@@ -113,7 +114,10 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
 def _pod_template(settings: StackSettings, *, image: Any, replica_type: str) -> dict[str, Any]:
-    ports = [{"name": PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"}]
+    ports = [
+        {"name": PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"},
+        *metrics_ports(settings),
+    ]
     return pod_template(
         settings, image=image, replica_type=replica_type, container=CONTAINER_NAME, ports=ports
     )

@@ -49,9 +49,11 @@ The TrainingRuntime the stack declares (unless `job.clusterRuntime` names the cl
 what a PyTorchJob's replica spec and run policy hold: the pods' restart policy (`ExitCode`
 becomes the Job's podFailurePolicy: a pod that exited 128 or more, preempted or killed, is
 recreated without counting, one that exited 1-127 fails the job), the backoff limit and the
-JobSet's TTL. Its name carries a digest of its spec, so a change of policy creates a new runtime
-and replaces the TrainJob (the old runtime goes once no TrainJob uses it: Trainer keeps a
-`resource-in-use` finalizer on it until then).
+JobSet's TTL, and the `node` container's port `metrics` (`metrics.enabled`: a runtime patch's
+container has no ports, and the torch plugin adds its 29500 beside the runtime's). Its name
+carries a digest of its spec, so a change of policy creates a new runtime and replaces the
+TrainJob (the old runtime goes once no TrainJob uses it: Trainer keeps a `resource-in-use`
+finalizer on it until then).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from builders.job_apis import JobApi, JobApiError, PodIdentity, PodRole
 from builders.manifests import (
     DELETION_PROPAGATION_ANNOTATION,
     job_annotations,
+    metrics_ports,
     object_metadata,
     pod_template,
     queue_labels,
@@ -130,7 +133,12 @@ def _runtime_spec(settings: StackSettings) -> dict[str, Any]:
     }
     if settings.job.priority_class_name is not None:
         pod["priorityClassName"] = settings.job.priority_class_name
-    job_spec["template"] = {"spec": {**pod, "containers": [{"name": NODE}]}}
+    # The `metrics` port goes here: a runtime patch's container has no ports, and Trainer keeps
+    # the runtime's ports when it adds its own (the torch plugin's UpsertPort).
+    container: dict[str, Any] = {"name": NODE}
+    if ports := metrics_ports(settings):
+        container["ports"] = ports
+    job_spec["template"] = {"spec": {**pod, "containers": [container]}}
     jobset_spec: dict[str, Any] = {
         "replicatedJobs": [
             {
@@ -362,7 +370,13 @@ def node_template(
             **(runtime_container.get("securityContext") or {}),
             **patched_container["securityContext"],
         }
-    container["ports"] = [{"containerPort": TRAINER_PORT}]
+    # The runtime's own ports (the stack's `metrics`), then the torch plugin's (UpsertPort).
+    ports = [
+        port
+        for port in runtime_container.get("ports") or []
+        if port.get("containerPort") != TRAINER_PORT
+    ]
+    container["ports"] = [*ports, {"containerPort": TRAINER_PORT}]
     spec["containers"] = [container]
     return {"metadata": patched.get("metadata") or {}, "spec": spec}
 

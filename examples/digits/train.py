@@ -12,12 +12,17 @@ What it reads, all of it standard:
   claim read-only) holding `digits.npz` (what prepare_data.py writes); without it, the copy of
   the digits that scikit-learn ships inside its package. Nothing is downloaded.
 
+What it tells: a line per epoch, and the same as a progress report (`@progress` and a JSON
+object, docs/reference/progress.md), which `pulumi up` and `make status` show as the job's
+progress.
+
     torchrun --standalone --nproc-per-node 2 train.py --epochs 20
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=SEED)
     loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
 
+    saved: dict[str, float] | None = None  # the newest checkpoint this process wrote
     for epoch in range(start, args.epochs):
         began = time.monotonic()
         sampler.set_epoch(epoch)  # another shuffle each epoch, the same one after a restart
@@ -164,15 +170,27 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.step()
             total, batches = total + float(loss), batches + 1
         done = epoch + 1
+        report: dict[str, object] = {
+            "epoch": done,
+            "epochs": args.epochs,
+            "done": done == args.epochs,
+        }
         if rank == 0 and (done % args.save_every == 0 or done == args.epochs):
             state = {"epoch": done, "model": net.state_dict(), "optimizer": optimizer.state_dict()}
             save(checkpoint, state)
+            saved = {"epoch": done, "time": time.time()}
         dist.barrier()  # nobody goes on while rank 0 may still be saving
         net.eval()
+        seconds, mean_loss = time.monotonic() - began, total / max(batches, 1)
         say(
-            f"epoch {done}/{args.epochs}: loss {total / max(batches, 1):.4f}, test accuracy "
-            f"{accuracy(net, test, device):.4f} ({time.monotonic() - began:.2f}s)"
+            f"epoch {done}/{args.epochs}: loss {mean_loss:.4f}, test accuracy "
+            f"{accuracy(net, test, device):.4f} ({seconds:.2f}s)"
         )
+        samples_per_s = len(train) / seconds if seconds > 0 else None
+        report.update(loss=mean_loss, samples_per_s=samples_per_s, time=time.time())
+        if saved is not None:
+            report["checkpoint"] = saved
+        say("@progress " + json.dumps(report))
     say(f"done: {args.epochs} epochs, checkpoint {checkpoint}")
     dist.destroy_process_group()
     return 0

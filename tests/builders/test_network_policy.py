@@ -243,3 +243,57 @@ def test_the_policy_is_applied_first_and_only_while_network_policy_is_on(api: st
     assert "NetworkPolicy" not in kinds and kinds[-1] == objects.job["kind"]
     # Only the policy goes: the job is the same with or without it.
     assert objects.job == on.job
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_with_metrics_prometheus_namespaces_reach_the_metrics_port_and_nothing_else(
+    api: str,
+) -> None:
+    """One more ingress rule: the pods' port `metrics`, TCP, from every pod of the namespaces
+    `metrics.scrapeFrom` names; the job's own rule unchanged."""
+    settings = stack(api, metrics={"enabled": True, "scrapeFrom": ["monitoring", "obs"]})
+    spec = policy(settings)["spec"]
+    own = job_pods(settings)
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["ingress"] == [
+        {"from": [{"podSelector": own}]},
+        {
+            "from": [
+                {
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "In",
+                                "values": ["monitoring", "obs"],
+                            }
+                        ]
+                    }
+                }
+            ],
+            "ports": [{"port": "metrics", "protocol": "TCP"}],
+        },
+    ]
+    # The port it names is the one every training container declares, at `metrics.port`.
+    for pod in pod_templates.pods(settings, IMAGE):
+        [container] = pod["spec"]["containers"]
+        named = {port.get("name"): port["containerPort"] for port in container["ports"]}
+        assert named["metrics"] == settings.metrics.port
+    # With egress restricted too, the egress rules are what they were.
+    both = stack(api, metrics={"enabled": True}, network={"egress": []})
+    assert (
+        policy(both)["spec"]["egress"]
+        == policy(stack(api, network={"egress": []}))["spec"]["egress"]
+    )
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_without_metrics_or_without_the_policy_there_is_no_metrics_rule(api: str) -> None:
+    for metrics in ({}, {"scrapeFrom": ["obs"], "port": 9500}):  # off: its keys say nothing
+        spec = policy(stack(api, metrics=metrics))["spec"]
+        assert spec["ingress"] == [{"from": [{"podSelector": spec["podSelector"]}]}]
+    # network.policy: false is no policy at all, metrics or not.
+    assert (
+        network_policy_manifest(stack(api, metrics={"enabled": True}, network={"policy": False}))
+        is None
+    )

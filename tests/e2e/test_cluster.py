@@ -155,6 +155,8 @@ def test_make_up_of_the_users_stack_starts_the_cluster_and_trains_there(user: Ne
     [container] = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
     assert container["image"].startswith(f"127.0.0.1:{user.registry_port}/digits-example@sha256:")
     assert container["args"][-3:] == ["train.py", "--epochs", "10"]
+    # The script reports its progress the documented way, and `pulumi up`'s wait says it.
+    assert f"{settings.job.name}: finished 10/10 epochs, " in done.stdout, done.stdout
 
 
 def test_a_second_make_cluster_says_it_is_up_and_every_part_answers(user: NewUser) -> None:
@@ -175,6 +177,7 @@ def test_make_status_shows_the_job_and_the_scripts_log(user: NewUser) -> None:
     assert command_status(done) == 0, done.stdout + done.stderr
     assert "Succeeded" in done.stdout, done.stdout + done.stderr
     assert "epoch 10/10" in done.stdout, done.stdout + done.stderr
+    assert "Progress: finished 10/10 epochs, " in done.stdout, done.stdout
     assert "HF_TOKEN is set" in done.stdout and TOKEN not in done.stdout + done.stderr
 
 

@@ -68,6 +68,7 @@ from tests.e2e.conftest import (
     own_lines,
     started_real_node,
 )
+from tests.support.tensorboard import curves
 from tests.support.waiting import wait_until
 from tools.s3_server import S3Endpoint
 from trainer.checkpoint import CheckpointError, CheckpointStore, describe
@@ -328,6 +329,11 @@ def test_pods_pull_with_the_secret_find_the_master_and_train_to_the_end(
     # Written by the image's non-root user, on a claim the kubelet gave to the pods' fsGroup.
     assert (checkpoints / "manifest.json").stat().st_uid == TRAINER_UID
     assert checkpoints.parent.stat().st_gid == TRAINER_GID
+    # TensorBoard's event files, written by the pod into the run's directory: every step once.
+    steps = job.total_epochs * -(-job.dataset_size // (job.batch_size * job.nodes))
+    scalars = curves(checkpoints / "tensorboard")
+    assert [step for step, _ in scalars["loss/step"]] == list(range(1, steps + 1))
+    assert len(scalars["loss/epoch"]) == job.total_epochs
     UNINTERRUPTED["model_sha256"] = described["model_sha256"]
     UNINTERRUPTED["directory"] = str(checkpoints)
 

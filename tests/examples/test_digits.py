@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from machine import procs
+from readers.progress_report import last_report, summary
 from tests.conftest import REPO_ROOT, wait_for_runner
 
 EXAMPLE = REPO_ROOT / "examples" / "digits"
@@ -128,3 +129,8 @@ def test_two_ranks_learn_the_digits_and_a_killed_worker_resumes_from_checkpoint_
     accuracy = float(re.findall(r"test accuracy ([0-9.]+)", out)[-1])
     assert accuracy > 0.9, out
     assert "job digits: Succeeded" in out and "CHECKPOINT_DIR:   checkpoint.pt" in out
+    # It reports its progress the documented way: what `make status` and `pulumi up` read.
+    report = last_report(out.splitlines())
+    assert report is not None and report.done and report.epoch == epochs, out
+    assert report.checkpoint is not None and report.checkpoint.epoch == epochs
+    assert summary(report).startswith(f"finished {epochs}/{epochs} epochs, "), summary(report)

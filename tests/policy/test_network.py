@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from builders.stack_objects import stack_objects
 from policy.rules.model import PYTORCHJOB_TYPE, TRAINJOB_TYPE, Resource
 from policy.rules.network import NETWORK_POLICY_TYPE, job_network_isolated
+from tests.builders.stack_settings import IMAGE, settings_for
 from tests.policy import samples
 
 JOB_LABELS = {"app.kubernetes.io/instance": "ddp", "app.kubernetes.io/component": "master"}
@@ -111,3 +115,42 @@ def test_a_trainjob_is_judged_by_its_runtime_patch_labels() -> None:
     policy = network_policy()
     policy["spec"]["podSelector"]["matchExpressions"][0]["values"] = ["node"]
     assert check(job, policy, job_type=TRAINJOB_TYPE) == []
+
+
+def test_a_rule_from_named_namespaces_on_one_port_does_not_count_as_open() -> None:
+    """`metrics.enabled`'s rule (the port `metrics` from the namespaces `metrics.scrapeFrom`
+    names) admits chosen sources: the job stays isolated beside it. An open rule beside it still
+    counts."""
+    scrapes = {
+        "from": [
+            {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": ["monitoring"],
+                        }
+                    ]
+                }
+            }
+        ],
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+    }
+    own = network_policy()["spec"]["ingress"][0]
+    assert check(labelled(samples.pytorchjob()), network_policy(ingress=[own, scrapes])) == []
+    opened = network_policy(ingress=[own, scrapes, {"ports": [{"port": "metrics"}]}])
+    assert len(check(labelled(samples.pytorchjob()), opened)) == 2
+
+
+@pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+def test_the_builders_policy_with_metrics_isolates_the_builders_job(api: str) -> None:
+    """The manifests themselves: the job and the NetworkPolicy the builders make with metrics
+    on, as the rule reads them."""
+    settings = settings_for(job={"api": api}, metrics={"enabled": True, "podMonitor": True})
+    objects = stack_objects(settings, image=IMAGE, password=None)
+    assert (
+        objects.network_policy is not None and len(objects.network_policy["spec"]["ingress"]) == 2
+    )
+    job_type = PYTORCHJOB_TYPE if api == "pytorchjob" else TRAINJOB_TYPE
+    assert check(objects.job, objects.network_policy, job_type=job_type) == []

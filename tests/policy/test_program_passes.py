@@ -238,3 +238,23 @@ def test_an_s3_stack_passes_without_a_claim_to_protect(
     assert result.error is None, result.error
     assert PVC_TYPE not in {r.type for r in result.resources}
     assert mandatory(diagnostics(analyzer, result, config)) == []
+
+
+@pytest.mark.parametrize(
+    ("stack", "api"), [("dev", "pytorchjob"), ("prod", "pytorchjob"), ("dev", "trainjob")]
+)
+def test_a_stack_with_metrics_and_its_pod_monitor_passes(
+    analyzer: Stub, stack: str, api: str
+) -> None:
+    """metrics.enabled adds a port (a TrainJob's on its TrainingRuntime) and a NetworkPolicy
+    rule from named namespaces (not an open one: job-network-isolated stays quiet),
+    metrics.podMonitor a custom resource no rule refuses."""
+    overrides: dict[str, Any] = {"metrics": {"enabled": True, "podMonitor": True}}
+    if api == "trainjob":
+        overrides["job"] = {"api": "trainjob"}
+    result = run(stack, overrides=overrides)
+    assert "kubernetes:monitoring.coreos.com/v1:PodMonitor" in {r.type for r in result.resources}
+    found = diagnostics(analyzer, result, policy_config(stack))
+    assert mandatory(found) == []
+    assert "job-network-isolated" not in {d.policyName for d in found}
+    assert {d.policyName for d in found} <= ADVISORY_POLICIES

@@ -749,7 +749,7 @@ def test_every_declared_key_has_a_default_allowed_words_and_help() -> None:
         *(
             key
             for key in TOP_LEVEL_KEYS
-            if key not in ("image", "registry", "checkpoints", "job", "network")
+            if key not in ("image", "registry", "checkpoints", "job", "network", "metrics")
         ),
         PASSWORD_KEY,
     }

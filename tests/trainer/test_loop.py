@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from machine.ports import free_port
+from tests.support.tensorboard import curves
 from tests.trainer.conftest import (
     LAUNCH,
     SAVE_EVERY,
@@ -84,7 +85,9 @@ def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
     reference_run: Path, tmp_path: Path
 ) -> None:
     directory = tmp_path / "ckpt"
-    job = Background(reference_args(directory), tmp_path / "first.log", env=SLOW_COMMITS)
+    # Reports every second, so TensorBoard has steps past the checkpoint when the kill comes.
+    env = {**SLOW_COMMITS, "TRAINER_REPORT_EVERY_S": "1"}
+    job = Background(reference_args(directory), tmp_path / "first.log", env=env)
     wait_until(lambda: (SAVE_EVERY, 0) in manifest_epochs(directory), "the first checkpoint")
     # Kill once an epoch past the checkpoint is in the history, so the resume has rows to drop.
     wait_until(lambda: _last_logged_epoch(directory) > SAVE_EVERY, "an epoch after it")
@@ -95,6 +98,9 @@ def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
 
     trained_past_the_checkpoint = [r["epoch"] for r in read_metrics(directory)]
     assert max(trained_past_the_checkpoint) > killed_at, "nothing to rewind; proved nothing"
+    steps_per_epoch = len(curves(reference_run / "tensorboard")["loss/step"]) // TOTAL_EPOCHS
+    written = [step for step, _ in curves(directory / "tensorboard")["loss/step"]]
+    assert max(written) > killed_at * steps_per_epoch, "no step past the checkpoint: proved nothing"
 
     finished = run_trainer(reference_args(directory))
     assert finished.returncode == 0, finished.output
@@ -103,6 +109,13 @@ def test_sigkill_after_a_checkpoint_then_rerun_matches_the_uninterrupted_run(
     # Each epoch once in the history, and the plot's curve is that one sequence.
     assert [r["epoch"] for r in read_metrics(directory)] == list(range(1, TOTAL_EPOCHS + 1))
     assert loss_curve(directory)[0] == list(range(1, TOTAL_EPOCHS + 1))
+    # TensorBoard's reader sees one curve: every step once, each loss the uninterrupted run's.
+    resumed_curves = curves(directory / "tensorboard")
+    reference_curves = curves(reference_run / "tensorboard")
+    steps = list(range(1, TOTAL_EPOCHS * steps_per_epoch + 1))
+    assert [step for step, _ in resumed_curves["loss/step"]] == steps
+    assert resumed_curves["loss/step"] == reference_curves["loss/step"]
+    assert resumed_curves["loss/epoch"] == reference_curves["loss/epoch"]
     resumed = torch.load(directory / "snapshot.pt", weights_only=True)
     reference = torch.load(reference_run / "snapshot.pt", weights_only=True)
     for name, tensor in reference[MODEL_STATE].items():

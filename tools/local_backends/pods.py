@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from builders.job_apis import PodRole, api_of_job
+from machine.ports import free_port
+from settings.values import METRICS_PORT_ENV
 
 _FIELD_REFS = ("metadata.name", "metadata.namespace")
 # The host's own launcher variables would leak into the replicas and confuse torchrun.
@@ -134,7 +136,9 @@ def replica_env(
     """A pod's environment as both backends start it: the pod's hostname, the container's own
     env, then the operator's (which wins), with the rendezvous (the master's, or an elastic
     job's c10d endpoint) moved to ``master_port`` (and ``master_addr`` where the pod name does
-    not resolve to it)."""
+    not resolve to it). Every replica shares this machine's network, so each gets a free port
+    of its own for its metrics (``METRICS_PORT``, with ``metrics.enabled``), and a notice says
+    where to scrape it."""
     api = api_of_job(job)
     pod = role.name
     own, notices = container_env(
@@ -144,6 +148,13 @@ def replica_env(
         map_value=map_value,
         secrets=host_environment(),
     )
+    if METRICS_PORT_ENV in own:
+        port = free_port()
+        notices.append(
+            f"{pod}: metrics.port {own[METRICS_PORT_ENV]} is one port of this machine, not "
+            f"one per pod: {METRICS_PORT_ENV}={port} (http://127.0.0.1:{port}/metrics)"
+        )
+        own[METRICS_PORT_ENV] = str(port)
     injected = dict(role.env)
     for key in api.master_port_keys:
         if key in injected:

@@ -9,7 +9,6 @@ import hashlib
 import os
 import pickle
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,12 +159,6 @@ def _client() -> Any:
 def _pending(bucket: str) -> list[str]:
     listed = _client().list_multipart_uploads(Bucket=bucket)
     return sorted(upload["Key"] for upload in listed.get("Uploads", []))
-
-
-def test_the_image_installs_the_boto3_the_tests_run_against() -> None:
-    pinned = re.findall(r"^boto3==(\S+)$", (REPO_ROOT / "requirements-dev.txt").read_text(), re.M)
-    installed = re.findall(r'"boto3==([^"]+)"', (REPO_ROOT / "trainer/Dockerfile").read_text())
-    assert pinned == installed == [boto3.__version__]
 
 
 def test_keep_deletes_the_old_checkpoints_objects_from_the_bucket(s3_bucket: str) -> None:
