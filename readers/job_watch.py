@@ -42,7 +42,7 @@ WINDOW_SECONDS = 20
 MAX_API_ERRORS = 30
 EVENTS_SHOWN = 10
 # How often a wait reads rank 0's log for the training's progress (TrainingProgress).
-PROGRESS_SECONDS = 30
+PROGRESS_SECONDS = 15
 NO_REPORT_GRACE_SECONDS = 90
 
 

@@ -152,9 +152,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
 
 
 def readable(line: str) -> str:
-    """A log line as `make status` shows it: a progress report in words, others as they are."""
+    """A log line as `make status` shows it: a progress report in words (ages as of the report:
+    the line may be an old one), others as they are."""
     report = parse_line(line)
-    return line if report is None else f"progress: {summary(report)}"
+    return line if report is None else f"progress: {summary(report, report.time)}"
 
 
 def progress_row(watch: JobWatch, state: JobState, rank0: str) -> str | None:

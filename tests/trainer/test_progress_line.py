@@ -3,39 +3,20 @@ every value of a snapshot back from one log line."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
 
 from readers import progress_report
+from tests.trainer.reports import JOB, SAVE, SNAPSHOT
 from trainer import progress_line
 from trainer.progress_line import ProgressLine, progress_text
-from trainer.report import CheckpointSaved, Snapshot
+from trainer.report import Snapshot
 
 
 def snapshot(**changes: object) -> Snapshot:
-    values: dict[str, object] = dict(
-        time=1_800_000_000.123,
-        job="ddp",
-        epoch=2,
-        epochs=5,
-        step=7,
-        steps=10,
-        global_step=17,
-        samples=170,
-        samples_per_s=42.5,
-        loss=0.25,
-        loss_is_global=False,
-        learning_rate=0.001,
-        eta_s=33.0,
-        world_size=2,
-        resumed=True,
-        restarts=1,
-        last_checkpoint=CheckpointSaved(1, 0, 10, 0.5, 2048, 1_799_999_990.0),
-        done=False,
-    )
-    values.update(changes)
-    return Snapshot(**values)  # type: ignore[arg-type]
+    return dataclasses.replace(SNAPSHOT, **{"last_checkpoint": SAVE, **changes})  # type: ignore[arg-type]
 
 
 def test_the_marker_is_the_same_on_both_sides() -> None:
@@ -45,13 +26,13 @@ def test_the_marker_is_the_same_on_both_sides() -> None:
 def test_every_value_of_a_snapshot_reads_back_from_its_line() -> None:
     report = progress_report.parse_line(progress_text(snapshot()))
     assert report is not None
-    assert (report.epoch, report.epochs, report.step, report.steps) == (2, 5, 7, 10)
-    assert (report.loss, report.samples_per_s, report.eta_s) == (0.25, 42.5, 33.0)
-    assert (report.learning_rate, report.world_size, report.restarts) == (0.001, 2, 1)
-    assert report.resumed and not report.done and report.job == "ddp"
-    assert report.time == pytest.approx(1_800_000_000.123)
+    assert (report.epoch, report.epochs, report.step, report.steps) == (2, 5, 30, 100)
+    assert (report.loss, report.samples_per_s, report.eta_s) == (0.42, 1234.5, 61.0)
+    assert (report.learning_rate, report.world_size, report.restarts) == (0.001, 4, 1)
+    assert report.resumed and not report.done and report.job == JOB
+    assert report.time == pytest.approx(SNAPSHOT.time)
     assert report.checkpoint == progress_report.CheckpointReport(
-        epoch=1, step=0, time=1_799_999_990.0, seconds=0.5, bytes=2048
+        epoch=1, step=0, time=SAVE.time, seconds=SAVE.seconds, bytes=SAVE.bytes
     )
     assert report.fraction == pytest.approx(snapshot().fraction)
 
@@ -67,6 +48,6 @@ def test_the_sink_logs_one_line_per_report(caplog: pytest.LogCaptureFixture) -> 
     sink = ProgressLine()
     with caplog.at_level(logging.INFO, logger="trainer"):
         sink.report(snapshot(), [])
-        sink.report(snapshot(step=8), [])
+        sink.report(snapshot(step=31), [])
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 2 and all(text.startswith("@progress {") for text in lines)
