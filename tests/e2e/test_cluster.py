@@ -155,8 +155,10 @@ def test_make_up_of_the_users_stack_starts_the_cluster_and_trains_there(user: Ne
     [container] = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
     assert container["image"].startswith(f"127.0.0.1:{user.registry_port}/digits-example@sha256:")
     assert container["args"][-3:] == ["train.py", "--epochs", "10"]
-    # The script reports its progress the documented way, and `pulumi up`'s wait says it.
-    assert f"{settings.job.name}: finished 10/10 epochs, " in done.stdout, done.stdout
+    # The script reports its progress the documented way, and `pulumi up`'s wait says it (in
+    # the engine's diagnostics, which the CLI writes to stderr).
+    said = done.stdout + done.stderr
+    assert f"{settings.job.name}: finished 10/10 epochs, " in said, said
 
 
 def test_a_second_make_cluster_says_it_is_up_and_every_part_answers(user: NewUser) -> None:
