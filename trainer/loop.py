@@ -14,7 +14,9 @@ rank's RNG states and partial epoch loss are gathered to rank 0 and stored as a 
 rank, so a restart with the same world size gives every rank back its own RNG stream. What a
 checkpoint holds is ``trainer.checkpoint_schema``; how it reaches the run's storage is
 ``trainer.async_writer`` (when, where) and ``trainer.checkpoint`` (the store), and the loop
-knows the storage (``trainer.storage``) only by its interface, whichever backend it is.
+knows the storage (``trainer.storage``) only by its interface, whichever backend it is. Rank 0
+reports its progress through ``trainer.progress`` (a clock read per step; the rest every few
+seconds and at each epoch's end).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from trainer.progress import (
     ProgressReporter,
     RunShape,
     check_environment,
+    job_name,
     open_reporter,
     restarts,
 )
@@ -215,7 +218,7 @@ class Trainer:
     def _open_reporter(self, point: ResumePoint) -> ProgressReporter:
         data = self.data
         shape = RunShape(
-            job=os.environ.get("JOB_NAME", ""),
+            job=job_name(os.environ),
             epochs=self.config.total_epochs,
             steps_per_epoch=data.steps_per_epoch(),
             dataset_size=data.dataset_size,
