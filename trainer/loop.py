@@ -336,11 +336,12 @@ class Trainer:
                 return False
             done = epoch + 1
             final = done == config.total_epochs
-            if schedule.after_epoch(done):
+            save_now = schedule.after_epoch(done)
+            if save_now:
                 saves.append(steps_per_epoch)
             self._end_epoch(epoch, metrics, loss, samples, started, saves, resumed)
             resumed = False
-            if schedule.after_epoch(done):
+            if save_now:
                 self.checkpoint(done, 0, EpochLoss(), 0, final=final)
                 last_saved = (done, 0)
             if final:

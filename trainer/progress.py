@@ -125,7 +125,7 @@ class ProgressReporter:
         every sink. The last snapshot says ``done`` when the last epoch finished."""
         try:
             if self._snapshot is not None and self._deliver_commits():
-                final = self._with_checkpoint(self._snapshot)
+                final = replace(self._snapshot, last_checkpoint=self._last_checkpoint)
                 self._snapshot = final
                 self._each_sink(lambda sink: sink.report(final, ()))
         finally:
@@ -160,6 +160,7 @@ class ProgressReporter:
         done_here = global_step - start_step
         eta = (now - self._started) / done_here * (total_steps - global_step) if done_here else None
         finished_epoch = done_steps >= shape.steps_per_epoch
+        self._deliver_commits()  # first, so the snapshot names the newest checkpoint
         snapshot = Snapshot(
             time=self.wall_clock(),
             job=shape.job,
@@ -180,8 +181,6 @@ class ProgressReporter:
             last_checkpoint=self._last_checkpoint,
             done=finished_epoch and epoch + 1 >= shape.epochs,
         )
-        self._deliver_commits()
-        snapshot = self._with_checkpoint(snapshot)
         self._snapshot = snapshot
         step_losses = [StepLoss(step, value) for step, value in losses]
         self._each_sink(lambda sink: sink.report(snapshot, step_losses))
@@ -202,11 +201,6 @@ class ProgressReporter:
             self._last_checkpoint = saved
             self._each_sink(lambda sink, saved=saved: sink.checkpoint_saved(saved))
         return bool(records)
-
-    def _with_checkpoint(self, snapshot: Snapshot) -> Snapshot:
-        if snapshot.last_checkpoint is self._last_checkpoint:
-            return snapshot
-        return replace(snapshot, last_checkpoint=self._last_checkpoint)
 
     def _each_sink(self, call: Callable[[ReportSink], None]) -> None:
         for sink in list(self.sinks):
